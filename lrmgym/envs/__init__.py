@@ -7,3 +7,6 @@ the module is imported when the env is first made.
 from lrmgym.registry import register
 
 register("Echo-v0", "lrmgym.envs.echo:EchoEnv")
+register("Math-v0", "lrmgym.envs.math.env:MathEnv")
+register("Code-v0", "lrmgym.envs.code.env:CodeEnv")
+register("Game24-v0", "lrmgym.envs.game24.env:Game24Env")

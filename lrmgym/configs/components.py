@@ -1,0 +1,32 @@
+"""Which config class implements each component kind: ``group -> kind -> "module:ConfigClass"``.
+
+Strings, not imports, so that resolving a config imports only the modules of the kinds it names (no torch
+for ``lrmgym config show env=math``). A kind whose module is not installed is reported as unavailable with
+a clear message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+COMPONENTS: dict[str, dict[str, str]] = {
+    "policy": {
+        "mock": "lrmgym.testing.mock:MockPolicyConfig",
+        "tiny": "lrmgym.policies.tiny:TinyPolicyConfig",
+        "hf": "lrmgym.policies.hf:HFPolicyConfig",
+        "openai": "lrmgym.policies.openai:OpenAIPolicyConfig",
+        "vllm": "lrmgym.policies.vllm:VLLMPolicyConfig",
+    },
+    "learner": {
+        "grpo": "lrmgym.learners.grpo:GRPOConfig",
+    },
+    "judge": {
+        "accuracy": "lrmgym.judges.rule:AccuracyJudgeConfig",
+        "format": "lrmgym.judges.rule:FormatJudgeConfig",
+        "length": "lrmgym.judges.rule:LengthPenaltyConfig",
+        "overlong": "lrmgym.judges.rule:OverlongPenaltyConfig",
+        "llm_pointwise": "lrmgym.judges.llm:PointwiseJudgeConfig",
+        "llm_pairwise": "lrmgym.judges.llm:PairwiseJudgeConfig",
+        "rule_pairwise": "lrmgym.judges.pairwise_rule:RulePairwiseJudgeConfig",
+        "arena": "lrmgym.judges.arena:ArenaJudgeConfig",
+    },
+}
+"""Each group's kinds. Adding a component = one line here plus its config class and a preset YAML."""
