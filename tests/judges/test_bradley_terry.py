@@ -1,0 +1,148 @@
+"""Bradley-Terry: hand-worked small graphs, invariants, warm starts, and agreement with choix."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from lrmgym.judges import bradley_terry as bt
+from lrmgym.judges.bradley_terry import bt_loss, fit_bradley_terry
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def test_single_win_solves_the_hand_derived_fixed_point():
+    # beta_0 = -beta_1 = b by symmetry; dL/dbeta_0 = -(1 - sigmoid(2b)) + b = 0, i.e. b = sigmoid(-2b).
+    fit = fit_bradley_terry(2, [(0, 1, 1.0)], l2=1.0)
+    b = fit.strengths[0]
+    assert fit.converged
+    assert fit.strengths[1] == pytest.approx(-b, abs=1e-12)
+    assert b == pytest.approx(_sigmoid(-2 * b), abs=1e-10)
+    assert b == pytest.approx(0.33741581, abs=1e-7)
+
+
+def test_chain_orders_items_and_middle_item_is_zero():
+    # 0 beats 1, 1 beats 2: antisymmetric solution (a, 0, -a) with a = sigmoid(-a) (node 0's stationarity).
+    fit = fit_bradley_terry(3, [(0, 1, 1.0), (1, 2, 1.0)], l2=1.0)
+    a, mid, c = fit.strengths
+    assert mid == pytest.approx(0.0, abs=1e-12)
+    assert c == pytest.approx(-a, abs=1e-12)
+    assert a == pytest.approx(_sigmoid(-a), abs=1e-10)
+    assert a > mid > c
+
+
+def test_ties_give_equal_strengths_and_unseen_items_get_zero():
+    fit = fit_bradley_terry(4, [(0, 1, 0.5), (1, 0, 0.5), (0, 2, 0.5)], l2=1.0)
+    np.testing.assert_allclose(fit.strengths, 0.0, atol=1e-12)
+
+
+def test_l2_scales_the_solution_and_strengths_sum_to_zero():
+    comps = [(0, 1, 1.0), (1, 2, 0.5), (2, 3, 0.0), (3, 0, 1.0), (0, 2, 1.0)]
+    weak = fit_bradley_terry(4, comps, l2=0.1).strengths
+    strong = fit_bradley_terry(4, comps, l2=10.0).strengths
+    assert np.sum(weak) == pytest.approx(0.0, abs=1e-10)  # sum of the gradient is lam * sum(beta)
+    assert np.ptp(strong) < np.ptp(weak)
+
+
+def test_perfect_separation_stays_finite():
+    comps = [(0, k, 1.0) for k in range(1, 6)] * 50  # item 0 wins 250 times
+    fit = fit_bradley_terry(6, comps, l2=1.0)
+    assert fit.converged and np.all(np.isfinite(fit.strengths))
+    assert fit.strengths[0] == fit.strengths.max()
+
+
+def test_symmetric_augmentation_equals_weight_two():
+    comps = [(0, 1, 1.0), (1, 2, 0.5), (2, 0, 0.0)]
+    augmented = comps + [(j, i, 1.0 - y) for i, j, y in comps]
+    a = fit_bradley_terry(3, augmented).strengths
+    b = fit_bradley_terry(3, comps, weights=[2.0, 2.0, 2.0]).strengths
+    np.testing.assert_allclose(a, b, atol=1e-10)
+
+
+def test_solution_is_the_minimum():
+    rng = np.random.default_rng(3)
+    comps = [(0, 1, 1.0), (1, 2, 0.0), (2, 3, 0.5), (0, 3, 1.0)]
+    fit = fit_bradley_terry(4, comps, l2=0.5)
+    for _ in range(20):
+        assert bt_loss(fit.strengths + 1e-3 * rng.normal(size=4), 4, comps, l2=0.5) > fit.loss
+
+
+def test_warm_start_from_the_solution_takes_no_step_and_a_bad_start_recovers():
+    comps = [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 0.5)]
+    cold = fit_bradley_terry(4, comps)
+    warm = fit_bradley_terry(4, comps, init=cold.strengths)
+    assert warm.iterations == 0 and warm.converged
+    far = fit_bradley_terry(4, comps, init=[50.0, -80.0, 30.0, 7.0])
+    np.testing.assert_allclose(far.strengths, cold.strengths, atol=1e-8)
+
+
+def test_sparse_and_dense_solvers_agree(monkeypatch):
+    rng = np.random.default_rng(0)
+    n, m = 150, 900
+    i = rng.integers(0, n, m)
+    j = (i + rng.integers(1, n, m)) % n
+    comps = np.stack([i, j, rng.choice([0.0, 0.5, 1.0], m)], axis=1)
+    sparse = fit_bradley_terry(n, comps).strengths
+    monkeypatch.setattr(bt, "_DENSE_MAX", 10_000)
+    dense = fit_bradley_terry(n, comps).strengths
+    np.testing.assert_allclose(sparse, dense, atol=1e-8)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_agrees_with_choix_on_random_incomplete_graphs_with_ties(seed):
+    choix = pytest.importorskip("choix")
+    rng = np.random.default_rng(seed)
+    n, m, lam = 12, 30, 1.0
+    i = rng.integers(0, n, m)
+    j = (i + rng.integers(1, n, m)) % n
+    y = rng.choice([0.0, 0.5, 1.0], m)
+    ours = fit_bradley_terry(n, np.stack([i, j, y], axis=1), l2=lam).strengths
+    # Doubled counts: y = 1 -> two wins of i; 0.5 -> one win each; 0 -> two wins of j. Then alpha = lam.
+    data = []
+    for a, b, out in zip(i, j, y):
+        wins_a = int(round(2 * out))
+        data += [(int(a), int(b))] * wins_a + [(int(b), int(a))] * (2 - wins_a)
+    theirs = choix.opt_pairwise(n, data, alpha=lam, tol=1e-10)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_agrees_with_choix_on_hard_outcomes_with_half_alpha():
+    choix = pytest.importorskip("choix")
+    rng = np.random.default_rng(7)
+    n, m, lam = 20, 80, 2.0
+    i = rng.integers(0, n, m)
+    j = (i + rng.integers(1, n, m)) % n
+    ours = fit_bradley_terry(n, [(a, b, 1.0) for a, b in zip(i, j)], l2=lam).strengths
+    theirs = choix.opt_pairwise(n, [(int(a), int(b)) for a, b in zip(i, j)], alpha=lam / 2, tol=1e-10)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_empty_graph_and_zero_items():
+    assert fit_bradley_terry(3, []).strengths.tolist() == [0.0, 0.0, 0.0]
+    assert fit_bradley_terry(0, []).strengths.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"comparisons": [(0, 3, 1.0)]}, "comparison indices must lie in [0, 2] for n_items=3."),
+        ({"comparisons": [(1, 1, 1.0)]}, "an item cannot be compared with itself (found (1, 1))."),
+        ({"comparisons": [(0, 1, 1.5)]}, "comparison outcomes must lie in [0, 1] (win 1, tie 0.5, loss 0)."),
+        ({"comparisons": [(0, 1)]},
+         "comparisons must be a sequence of (i, j, outcome) triples, got an array of shape (1, 2)."),
+        ({"comparisons": [(0, 1, 1.0)], "l2": 0.0},
+         "l2 must be a positive finite number (the L2 coefficient lambda), got 0.0."),
+        ({"comparisons": [(0, 1, 1.0)], "init": [0.0]},
+         "init must be 3 finite numbers (one strength per item), got shape (1,)."),
+        ({"comparisons": [(0, 1, 1.0)], "weights": [-1.0]},
+         "weights must hold one finite non-negative number per comparison (1 comparisons)."),
+    ],
+)  # fmt: skip
+def test_bad_input_is_reported(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        fit_bradley_terry(3, **kwargs)
