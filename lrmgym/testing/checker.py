@@ -70,11 +70,19 @@ def _check_step_result(result: Any, where: str) -> tuple[Any, float, bool, bool,
     return obs, float(reward), terminated, truncated, info
 
 
+def _step(env: gymnasium.Env, text: str, where: str) -> tuple[Any, float, bool, bool, dict]:
+    try:
+        result = env.step(text)
+    except Exception as err:  # noqa: BLE001 - we report which exception it was
+        _fail(f"step() raised {err!r} on the {where}; it must return a verdict for any model output.")
+    return _check_step_result(result, where)
+
+
 def _run_episode(env: gymnasium.Env, answer: Callable[[Task, int], str], max_turns: int, where: str) -> Verdict:
     _, info = env.reset()
     task = info["task"]
     for turn in range(1, max_turns + 1):
-        obs, _, terminated, truncated, step_info = _check_step_result(env.step(answer(task, turn)), where)
+        obs, _, terminated, truncated, step_info = _step(env, answer(task, turn), where)
         if terminated or truncated:
             break
     else:
@@ -171,7 +179,7 @@ def check_env(
         env.reset(seed=seed)
         for i in range(n_tasks):
             _, info = env.reset(options={"index": i})
-            _, _, _, _, step_info = _check_step_result(env.step(reference(info["task"])), "reference answer")
+            _, _, _, _, step_info = _step(env, reference(info["task"]), "reference answer")
             if step_info["verdict"].correct is not True:
                 _fail(
                     f"The reference answer to task {info['task'].id!r} was not graded correct: "
@@ -188,11 +196,7 @@ def check_env(
         for name, text in ADVERSARIAL_OUTPUTS:
             env.reset(options={"index": 0})
             start = time.perf_counter()
-            try:
-                result = env.step(text)
-            except Exception as err:  # noqa: BLE001
-                _fail(f"step() raised {err!r} on the adversarial output {name!r}; it must return a verdict.")
+            _step(env, text, f"adversarial output {name!r}")
             elapsed = time.perf_counter() - start
-            _check_step_result(result, f"adversarial output {name!r}")
             if elapsed > step_timeout_s:
                 _fail(f"step() took {elapsed:.1f} s on the adversarial output {name!r} (bound {step_timeout_s} s).")

@@ -1,0 +1,1 @@
+"""The click command line: ``lrmgym run | eval | envs | config | judge | tiny``."""

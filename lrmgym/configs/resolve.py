@@ -1,0 +1,298 @@
+"""Resolve ``GROUP=PRESET`` and ``dotted.key=value`` tokens into a validated :class:`RunConfig`.
+
+The grammar, in the order it is applied:
+
+1. Defaults: ``env=math policy=tiny learner=grpo`` and no judges.
+2. Every ``GROUP=PRESET`` token (groups: env, policy, learner, judge) replaces that group with the preset's
+   YAML from ``lrmgym/configs/presets/<group>/<preset>.yaml``. ``judge`` takes one preset, a list
+   (``judge=[accuracy,format_strict]``), or ``none``; each judge is then addressed by its preset name.
+3. Every ``dotted.key=value`` token sets one key, in order; values are parsed as YAML scalars or flow
+   collections (``1e-6``, ``true``, ``[1,4,8]``), then validated against the field's type.
+
+Group tokens apply before dotted ones wherever they stand, so ``learner.lr=1e-6 learner=grpo`` keeps the
+learning rate. Every mistake ends in one :class:`ConfigError` naming the dotted path, the bad value, what is
+allowed and, where it can guess, what was meant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from lrmgym.configs.components import COMPONENTS
+from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
+
+__all__ = ["DEFAULTS", "GROUPS", "ConfigError", "list_presets", "load_preset", "parse_overrides", "resolve"]
+
+GROUPS = ("env", "policy", "learner", "judge")
+"""Groups that take a preset name."""
+SECTIONS = ("env", "eval", "judge", "learner", "policy", "run")
+"""Top-level keys of the config."""
+DEFAULTS: dict[str, Any] = {"env": "math", "policy": "tiny", "learner": "grpo", "judge": []}
+"""The presets used for groups the command line does not name."""
+EVAL_CONFIG = "lrmgym.eval.config:EvalConfig"
+
+_TOKEN_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>.*)$", re.DOTALL)
+
+
+class ConfigError(ValueError):
+    """A user's config mistake. The message is complete: the CLI prints it and exits with code 2."""
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
+    return f" Did you mean '{match[0]}'?" if match else ""
+
+
+def _show(value: Any) -> str:
+    """A value as the user typed it (YAML flow style), shortened."""
+    if isinstance(value, str):
+        text = repr(value)
+    else:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+        text = text.removesuffix("\n...").removesuffix(" ...")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ------------------------------------------------------------------------------------------------ presets
+def list_presets(group: str) -> list[str]:
+    """The preset names shipped for a group, sorted."""
+    folder = resources.files("lrmgym.configs") / "presets" / group
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_preset(group: str, name: str) -> dict[str, Any]:
+    """The YAML mapping of preset ``group/name``; an unknown one raises :class:`ConfigError`."""
+    if not isinstance(name, str) or name not in list_presets(group):
+        allowed = ", ".join(list_presets(group)) or "none"
+        raise ConfigError(
+            f"{group}: unknown preset {_show(name)}; allowed: {allowed}.{_did_you_mean(name, list_presets(group))}"
+        )
+    text = (resources.files("lrmgym.configs") / "presets" / group / f"{name}.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{group}: preset {name!r} is not a YAML mapping (package data is broken).")
+    return data
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+def _parse_value(raw: str) -> Any:
+    """Parse a value as YAML (scalars and flow collections); text YAML cannot parse stays a string."""
+    if raw == "":
+        return ""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    # YAML 1.1 reads 1e-6 (no dot) as a string; numbers are what people mean.
+    if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
+        return float(value)
+    return value
+
+
+def parse_overrides(tokens: Sequence[str]) -> tuple[dict[str, Any], list[tuple[list[str], Any, str]]]:
+    """Split tokens into group selections ``{group: preset(s)}`` and dotted settings ``(path, value, token)``."""
+    groups: dict[str, Any] = {}
+    dotted: list[tuple[list[str], Any, str]] = []
+    for token in tokens:
+        match = _TOKEN_RE.match(token)
+        if match is None:
+            raise ConfigError(
+                f"{_show(token)} is not an override: expected GROUP=PRESET (e.g. env=math) "
+                "or dotted.key=VALUE (e.g. learner.lr=1e-6)."
+            )
+        key, value = match["key"], _parse_value(match["value"])
+        path = key.split(".")
+        if path[0] not in SECTIONS:
+            raise ConfigError(
+                f"{key}: unknown key (value {_show(value)}); allowed: {', '.join(SECTIONS)}.{_did_you_mean(path[0], SECTIONS)}"
+            )
+        if len(path) == 1:
+            if path[0] not in GROUPS:
+                raise ConfigError(
+                    f"{key}: is a section, not a preset group; set its keys instead, e.g. {key}.KEY=VALUE."
+                )
+            groups[path[0]] = value
+        else:
+            dotted.append((path, value, token))
+    return groups, dotted
+
+
+# ------------------------------------------------------------------------------------------------ merging
+def _judge_presets(value: Any) -> dict[str, dict[str, Any]]:
+    if value in (None, "none", "None", [], ""):
+        return {}
+    names = value if isinstance(value, list) else [value]
+    judges: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if not isinstance(name, str):
+            raise ConfigError(f"judge: invalid value {_show(value)}; expected a preset name or a list of them.")
+        judges[name] = load_preset("judge", name)
+    return judges
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            where = ".".join(path[: i + 1])
+            raise ConfigError(f"{'.'.join(path)}: {where} is {_show(child)}, not a section; it has no key {path[i + 1]!r}.")
+        node = child
+    node[path[-1]] = value
+
+
+def merged_tree(tokens: Sequence[str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Apply defaults, presets and dotted overrides; returns the raw (unvalidated) config tree."""
+    groups, dotted = parse_overrides(tokens)
+    chosen = {**(DEFAULTS if defaults is None else defaults), **groups}
+    tree: dict[str, Any] = {"eval": {}, "run": {}}
+    for group in GROUPS:
+        if group == "judge":
+            tree["judge"] = _judge_presets(chosen.get("judge"))
+        elif group in chosen:
+            tree[group] = load_preset(group, chosen[group])
+    for path, value, _ in dotted:
+        _set_path(tree, path, value)
+    return tree
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _format_error(prefix: str, err: Mapping[str, Any], model: type[BaseModel] | None) -> str:
+    """One pydantic error as ``path: problem``, with the allowed keys or values and a did-you-mean."""
+    loc = [str(p) for p in err["loc"]]
+    path = ".".join([prefix, *loc]) if prefix else ".".join(loc)
+    value = err.get("input")
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        fields = _fields_at(model, loc[:-1])
+        allowed = ", ".join(fields) if fields else "none"
+        return f"{path}: unknown key (value {_show(value)}); allowed: {allowed}.{_did_you_mean(loc[-1], fields)}"
+    if kind == "missing":
+        return f"{path}: missing required key; set it with {path}=VALUE."
+    if kind in ("literal_error", "enum"):
+        allowed = err.get("ctx", {}).get("expected", "")
+        options = re.findall(r"'([^']*)'", allowed)
+        return f"{path}: invalid value {_show(value)}; allowed: {allowed}.{_did_you_mean(value, options)}"
+    message = err["msg"].replace("Input should be", "expected").replace("Value error, ", "")
+    return f"{path}: invalid value {_show(value)}: {message}."
+
+
+def _fields_at(model: type[BaseModel] | None, loc: list[str]) -> list[str]:
+    """The field names of the (nested) model at ``loc``, for listing allowed keys."""
+    for part in loc:
+        if model is None or part not in model.model_fields:
+            return []
+        annotation = model.model_fields[part].annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _validate(prefix: str, model: type[BaseModel], data: Any) -> BaseModel:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: invalid value {_show(data)}: expected a mapping of keys to values.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(prefix, err.errors()[0], model)) from None
+
+
+@cache
+def _import(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _component_class(group: str, path: str, kind: Any) -> type[BaseModel]:
+    kinds = COMPONENTS[group]
+    if kind is None:
+        raise ConfigError(f"{path}.kind: missing required key; allowed: {', '.join(sorted(kinds))}.")
+    if kind not in kinds:
+        hint = _did_you_mean(kind, kinds)
+        raise ConfigError(f"{path}.kind: unknown kind {_show(kind)}; allowed: {', '.join(sorted(kinds))}.{hint}")
+    target = kinds[kind]
+    try:
+        return _import(target)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(
+            f"{path}.kind: the {kind!r} {group} is not available in this installation ({target} cannot be "
+            f"imported: {err}). Install the extra it needs, or choose another kind."
+        ) from None
+
+
+def _validate_component(group: str, path: str, data: Any) -> BaseModel:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: invalid value {_show(data)}: expected a mapping with a 'kind' key.")
+    cls = _component_class(group, path, data.get("kind"))
+    return _validate(path, cls, data)
+
+
+def _validate_env(data: Any) -> EnvConfig:
+    from lrmgym.registry import UnknownEnvError, env_class, list_envs, spec
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"env: invalid value {_show(data)}: expected a mapping with an 'id' key.")
+    env_id = data.get("id")
+    if not isinstance(env_id, str):
+        raise ConfigError(f"env.id: invalid value {_show(env_id)}: expected an env id such as lrmgym/Math-v0.")
+    try:
+        full_id = spec(env_id).id
+    except UnknownEnvError:
+        known = list_envs(namespace=None)
+        raise ConfigError(
+            f"env.id: unknown environment {_show(env_id)}; allowed: {', '.join(known)}.{_did_you_mean(env_id, known)}"
+        ) from None
+    options = {k: v for k, v in data.items() if k != "id"}
+    try:
+        cls = env_class(full_id)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"env.id: environment {full_id!r} cannot be loaded: {err}.") from None
+    options_model = getattr(cls, "Config", None) if cls is not None else None
+    if options_model is not None:
+        options = _validate("env", options_model, options).model_dump(mode="json")
+    elif options and cls is not None:
+        raise ConfigError(f"env: {full_id} takes no options, got {', '.join(sorted(options))}.")
+    return EnvConfig(id=full_id, **options)
+
+
+def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
+    """Validate a raw config tree (from :func:`merged_tree` or a saved ``config.yaml``) into a RunConfig."""
+    unknown = [k for k in tree if k not in SECTIONS]
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: unknown key (value {_show(tree[unknown[0]])}); allowed: {', '.join(SECTIONS)}."
+            f"{_did_you_mean(unknown[0], SECTIONS)}"
+        )
+    run = _validate("run", RunSection, tree.get("run") or {})
+    env = _validate_env(tree.get("env"))
+    policy = _validate_component("policy", "policy", tree.get("policy"))
+    learner = _validate_component("learner", "learner", tree.get("learner"))
+    judges_raw = tree.get("judge") or {}
+    if not isinstance(judges_raw, dict):
+        raise ConfigError(f"judge: invalid value {_show(judges_raw)}: expected judges by name.")
+    judges = {name: _validate_component("judge", f"judge.{name}", cfg) for name, cfg in judges_raw.items()}
+    try:
+        eval_model = _import(EVAL_CONFIG)
+    except (ImportError, AttributeError):
+        eval_model = None
+    if eval_model is None:
+        raise ConfigError("eval: evaluation is not available in this installation (lrmgym.eval.config missing).")
+    evaluation = _validate("eval", eval_model, tree.get("eval") or {})
+    return RunConfig(env=env, policy=policy, learner=learner, judge=judges, eval=evaluation, run=run)
+
+
+def resolve(tokens: Sequence[str] = (), defaults: Mapping[str, Any] | None = None) -> RunConfig:
+    """Resolve command-line tokens into a validated :class:`RunConfig`; see the module docstring."""
+    return resolve_dict(merged_tree(tokens, defaults))

@@ -1,0 +1,84 @@
+"""The resolved run configuration: one pydantic model per section, each owned by its component.
+
+``RunConfig`` is built only by :func:`lrmgym.configs.resolve.resolve`, which validates each section against
+the model its component declares (the env's ``Config``, the policy / learner / judge kind's config class,
+``EvalConfig``) and turns every failure into one :class:`~lrmgym.configs.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+
+__all__ = ["EnvConfig", "RunConfig", "RunSection", "StrictModel"]
+
+
+class StrictModel(BaseModel):
+    """Base of lrmgym's config models: unknown keys are errors, and each field's docstring is its help."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class EnvConfig(BaseModel):
+    """Which environment, and its options.
+
+    Options other than ``id`` are validated against the env class's own ``Config`` model when the config is
+    resolved, so ``env.difficulty=9`` is checked by the env that defines ``difficulty``.
+    """
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    id: str = "lrmgym/Echo-v0"
+    """Registered environment id, e.g. lrmgym/Math-v0 (see `lrmgym envs list`)."""
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The env's options: every key but ``id``."""
+        return dict(self.model_extra or {})
+
+    def make(self) -> Any:
+        """Make the environment with its options."""
+        from lrmgym.registry import make
+
+        return make(self.id, **self.options)
+
+
+class RunSection(StrictModel):
+    """Where and how a run is recorded."""
+
+    name: str | None = None
+    """Name of the run directory under output_dir; default: <env>-<learner>-<UTC timestamp>."""
+    output_dir: Path = Path("runs")
+    """Folder that holds run directories."""
+    seed: int = Field(0, ge=0)
+    """Master seed: task streams, sampling and initialisation derive from it."""
+
+
+class RunConfig(BaseModel):
+    """Everything one ``lrmgym run`` or ``lrmgym eval`` needs, validated."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    env: EnvConfig
+    """The environment."""
+    policy: SerializeAsAny[BaseModel]
+    """The policy (a config with `kind` and `build()`)."""
+    learner: SerializeAsAny[BaseModel]
+    """The learner (a config with `kind` and `run(config, run_dir, resume)`)."""
+    judge: dict[str, SerializeAsAny[BaseModel]] = Field(default_factory=dict)
+    """Judges wrapped around the env, by name; empty means the env's own verifier alone."""
+    eval: SerializeAsAny[BaseModel]
+    """Held-out evaluation settings."""
+    run: RunSection = Field(default_factory=RunSection)
+    """Run directory and seed."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON types), in the shape :func:`~lrmgym.configs.resolve.resolve_dict` reads back."""
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
