@@ -1,0 +1,293 @@
+"""The ``hf`` policy: any transformers causal LM (local path or hub id), on CPU or GPU, optionally with LoRA.
+
+:class:`HFPolicy` is the trainable policy the learners update in place: it exposes ``model`` and ``tokenizer``,
+samples with :func:`lrmgym.policies.sampling.sample_batch` (batched, KV cache, per-token log-probs; see that
+module for the exact log-prob convention), and encodes prompts the same way for sampling and for training
+(:meth:`HFPolicy.encode_prompt`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from lrmgym.core import Completion, Prompt
+from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.sampling import sample_batch, sequence_logprobs
+
+__all__ = ["HFPolicy", "HFPolicyConfig", "LoraSpec", "render_plain_chat"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def render_plain_chat(messages: Sequence[dict[str, str]]) -> str:
+    """Chat messages as plain text, for tokenizers without a chat template: ``role: content`` lines.
+
+    The text ends with ``"assistant: "`` so the model continues as the assistant.
+    """
+    lines = [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages]
+    return "\n".join(lines) + "\nassistant: "
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to :class:`torch.device`."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'.") from err
+
+
+class HFPolicy:
+    """A transformers causal LM as a :class:`~lrmgym.policies.base.TrainablePolicy`.
+
+    Args:
+        model: A transformers causal LM (or a peft model wrapping one). Moved to ``device``.
+        tokenizer: Its tokenizer. Needs an EOS token (sampling also stops at ``generation_config.eos_token_id``).
+        device: Where to run; ``None`` keeps the model where it is.
+        chat_template: Apply the tokenizer's chat template to chat prompts when it has one. Without one (or
+            with ``False``), chat prompts are rendered by :func:`render_plain_chat`.
+        batch_size: Most sequences (prompt x sample) sampled in one batch.
+
+    Attributes:
+        model: The torch model (the learner updates it in place).
+        tokenizer: The tokenizer.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: str | torch.device | None = None,
+        chat_template: bool = True,
+        batch_size: int = 64,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if device is not None:
+            model = model.to(resolve_device(device) if isinstance(device, str) else device)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.batch_size = batch_size
+        eos = self.eos_token_ids
+        if not eos:
+            raise ValueError(
+                "The tokenizer has no eos_token and the model's generation_config names none: sampling could "
+                "never stop before max_new_tokens. Set tokenizer.eos_token."
+            )
+
+    # ---- encoding
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Token ids that end a completion: the tokenizer's EOS plus the generation config's."""
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen = getattr(self.model, "generation_config", None)
+        extra = getattr(gen, "eos_token_id", None)
+        if isinstance(extra, int):
+            ids.add(extra)
+        elif extra:
+            ids.update(int(i) for i in extra)
+        return sorted(ids)
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id used for left padding (the tokenizer's pad, else its EOS)."""
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.eos_token_ids[0])
+
+    def render_prompt(self, prompt: Prompt) -> str:
+        """The prompt as the exact text the model is conditioned on (chat template applied for chat prompts)."""
+        if isinstance(prompt, str):
+            return prompt
+        if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
+            raise TypeError(
+                f"A prompt must be a str or a list of chat messages {{'role': ..., 'content': ...}}, got "
+                f"{type(prompt).__name__}: {prompt!r:.80}."
+            )
+        if self.chat_template and getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return render_plain_chat(prompt)
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """The prompt's token ids, exactly as :meth:`generate` feeds them to the model.
+
+        Text prompts get the tokenizer's special tokens (e.g. BOS); chat prompts rendered by a chat template
+        do not (the template writes them itself).
+        """
+        text = self.render_prompt(prompt)
+        templated = not isinstance(prompt, str) and self.chat_template and getattr(self.tokenizer, "chat_template", None)
+        ids = self.tokenizer(text, add_special_tokens=not templated)["input_ids"]
+        if not ids:
+            raise ValueError(f"Prompt {text!r:.80} encodes to zero tokens; give the model at least one token.")
+        return list(ids)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Completion text: EOS and other special tokens dropped."""
+        eos = set(self.eos_token_ids)
+        return self.tokenizer.decode([t for t in token_ids if t not in eos], skip_special_tokens=True)
+
+    # ---- sampling
+    def generate(
+        self, prompts: Sequence[Prompt], n: int = 1, sampling: SamplingParams | None = None
+    ) -> list[list[Completion]]:
+        """Sample ``n`` completions per prompt (see :mod:`lrmgym.policies.sampling` for the log-prob convention).
+
+        Args:
+            prompts: Text or chat prompts.
+            n: Samples per prompt.
+            sampling: Sampling parameters (defaults: temperature 1, 256 new tokens).
+
+        Returns:
+            One list of ``n`` :class:`Completion` per prompt, with ``token_ids`` (EOS included when sampled),
+            ``logprobs``, ``finish_reason`` and ``prompt_token_ids`` filled.
+        """
+        sampling = sampling or SamplingParams()
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n (samples per prompt) must be a positive integer, got {n!r}.")
+        if isinstance(prompts, (str, dict)):
+            raise TypeError("prompts must be a list of prompts; wrap a single prompt as [prompt].")
+        encoded = [self.encode_prompt(p) for p in prompts]
+        rows = [ids for ids in encoded for _ in range(n)]  # prompt i's samples are rows i*n .. i*n+n-1
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        stop_check = self._stop_checker(sampling.stop) if sampling.stop else None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            sampled = []
+            for start in range(0, len(rows), self.batch_size):
+                sampled += sample_batch(
+                    self.model, rows[start : start + self.batch_size], sampling, eos_ids=self.eos_token_ids,
+                    pad_id=self.pad_token_id, generator=generator, stop_check=stop_check,
+                )  # fmt: skip
+        finally:
+            self.model.train(was_training)
+        out = [self._completion(s, rows[i], sampling.stop) for i, s in enumerate(sampled)]
+        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _stop_checker(self, stops: Sequence[str]):
+        """A check that decodes only the tail of a row, enough tokens to contain the longest stop string."""
+        tail = max(len(s) for s in stops) + 2
+
+        def check(ids: list[int]) -> bool:
+            text = self.tokenizer.decode(ids[-tail:], skip_special_tokens=True)
+            return any(s in text for s in stops)
+
+        return check
+
+    def _completion(self, s: Any, prompt_ids: list[int], stops: Sequence[str]) -> Completion:
+        text = self.decode(s.token_ids)
+        cut = [text.find(x) + len(x) for x in stops if x in text]
+        if cut:
+            text = text[: min(cut)]
+        return Completion(
+            text=text, token_ids=s.token_ids, logprobs=s.logprobs, finish_reason=s.finish_reason,
+            prompt_token_ids=list(prompt_ids),
+        )  # fmt: skip
+
+    def logprobs(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], temperature: float = 1.0) -> list[float]:
+        """The model's log-probs of ``completion_ids`` after ``prompt_ids`` (one forward pass, no grad)."""
+        with torch.inference_mode():
+            return sequence_logprobs(self.model, prompt_ids, completion_ids, temperature).tolist()
+
+    def save(self, path: str | Path) -> None:
+        """Save model (or LoRA adapter) and tokenizer with ``save_pretrained``."""
+        self.model.save_pretrained(str(path))
+        self.tokenizer.save_pretrained(str(path))
+
+
+class LoraSpec(BaseModel):
+    """A fresh LoRA adapter to train (through peft)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    r: int = Field(16, ge=1)
+    """Adapter rank."""
+    alpha: float = Field(32.0, gt=0)
+    """Scaling numerator (the update is scaled by alpha / r)."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapter input."""
+    target_modules: list[str] | str = "all-linear"
+    """Module names to adapt (e.g. ["q_proj", "v_proj"]), or "all-linear"."""
+
+
+class HFPolicyConfig(BaseModel):
+    """A transformers causal LM from a local folder (or a hub id when online)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, protected_namespaces=())
+
+    kind: Literal["hf"] = "hf"
+    """Component kind."""
+    model: str
+    """Local folder with config.json and weights, or a Hugging Face hub id (needs network)."""
+    tokenizer: str | None = None
+    """Tokenizer folder or id; None uses `model`."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    """Weight dtype; "auto" keeps the checkpoint's."""
+    device: str = "auto"
+    """"auto" (CUDA if available, else CPU), "cpu", "cuda", "cuda:1", ..."""
+    lora: LoraSpec | None = None
+    """Train a fresh LoRA adapter instead of all weights."""
+    adapter: str | None = None
+    """Folder of a saved peft adapter to load on top of the model."""
+    chat_template: bool = True
+    """Apply the tokenizer's chat template to chat prompts when it has one."""
+    batch_size: int = Field(64, ge=1)
+    """Most sequences sampled in one batch."""
+    trust_remote_code: bool = False
+    """Allow model code from the checkpoint (only for checkpoints you trust)."""
+
+    def build(self) -> HFPolicy:
+        """Load the model and tokenizer and wrap them."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        source = self.model
+        if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
+            raise FileNotFoundError(
+                f"policy.model={source!r} is not a folder. Point it at a folder with config.json and weights "
+                "(e.g. one written by save_pretrained), or use a hub id when online."
+            )
+        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.dtype != "auto":
+            kwargs["dtype"] = _DTYPES[self.dtype]
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(Path(source).expanduser()), **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(Path(self.tokenizer or source).expanduser()), trust_remote_code=self.trust_remote_code
+            )
+        except OSError as err:
+            raise OSError(
+                f"Could not load policy.model={source!r}: {err}. Without network access only local folders work."
+            ) from err
+        model = self._with_adapter(model)
+        return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
+                        batch_size=self.batch_size)  # fmt: skip
+
+    def _with_adapter(self, model: Any) -> Any:
+        if self.adapter is not None and self.lora is not None:
+            raise ValueError("Set policy.adapter (load a trained adapter) or policy.lora (a fresh one), not both.")
+        if self.adapter is not None:
+            from peft import PeftModel
+
+            return PeftModel.from_pretrained(model, str(Path(self.adapter).expanduser()), is_trainable=True)
+        if self.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            spec = LoraConfig(r=self.lora.r, lora_alpha=self.lora.alpha, lora_dropout=self.lora.dropout,
+                              target_modules=self.lora.target_modules, task_type="CAUSAL_LM")  # fmt: skip
+            return get_peft_model(model, spec)
+        return model

@@ -1,0 +1,182 @@
+"""A batched autoregressive sampler with a KV cache for any transformers causal LM.
+
+Why our own loop instead of ``model.generate``: the learner needs, for every sampled token, the log-probability
+under the distribution it was *actually* drawn from, and ``generate`` only returns processed scores for the
+whole vocabulary at every step (``output_scores``), which costs a ``[B, V]`` copy per step and then a gather.
+This loop also drops finished rows from the batch and the cache as soon as they end, so a group with a few
+long answers does not keep paying for the short ones. On the tiny model it is faster than ``generate``
+(see ``benchmarks/sampler_vs_generate.py``).
+
+Log-prob convention (what :attr:`lrmgym.core.Completion.logprobs` holds for the ``hf`` and ``tiny`` policies):
+    With ``temperature > 0`` each value is ``log q(token)``, where ``q`` is the distribution sampled from:
+    ``softmax(logits / temperature)``, then restricted to the top-k tokens (if ``top_k > 0``) and to the
+    nucleus (if ``top_p < 1``), then renormalised. At ``temperature == 1, top_k == 0, top_p == 1`` this is
+    exactly the model's log-probability ``log_softmax(logits)``. With ``temperature == 0`` (greedy) the value
+    is the model's untempered, unfiltered ``log_softmax(logits)`` at the chosen token (the sampling
+    distribution is a point mass and would give 0 everywhere).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from lrmgym.policies.base import SamplingParams
+
+__all__ = ["SampledSequence", "filter_logits", "sample_batch", "sequence_logprobs"]
+
+
+@dataclass
+class SampledSequence:
+    """One sampled continuation: token ids, the sampler's log-probs, and why it ended."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+
+
+def filter_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Apply temperature, top-k and top-p to raw logits; removed tokens get ``-inf``.
+
+    Args:
+        logits: ``[B, V]`` raw next-token logits (float32).
+        sampling: The sampling parameters; ``temperature`` must be > 0 here.
+
+    Returns:
+        ``[B, V]`` processed logits whose softmax is the sampling distribution.
+    """
+    logits = logits / sampling.temperature
+    vocab = logits.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[:, -1:]  # [B, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V]
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Probability mass strictly before each token; a token is kept while that mass is < top_p,
+        # so the most likely token is always kept.
+        before = torch.cumsum(probs, dim=-1) - probs
+        drop_sorted = before >= sampling.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _forward_kwargs(model: torch.nn.Module) -> tuple[str, dict]:
+    """The KV-cache argument name of ``model.forward`` (``cache`` in recent transformers) and extra kwargs."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps forward(**kwargs)
+    params = inspect.signature(base.forward).parameters
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    return ("cache" if "cache" in params else "past_key_values"), extra
+
+
+def _output_cache(out: object) -> object:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+@torch.inference_mode()
+def sample_batch(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    sampling: SamplingParams,
+    *,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+    stop_check: Callable[[list[int]], bool] | None = None,
+) -> list[SampledSequence]:
+    """Sample one continuation per prompt, all prompts in one left-padded batch with a KV cache.
+
+    Args:
+        model: A transformers causal LM (``forward(input_ids, attention_mask, position_ids, cache)``).
+        prompts: Token ids of each prompt (repeat a prompt to draw several samples of it).
+        sampling: Temperature, top-k, top-p and the token budget (``stop``/``seed`` are handled by the caller
+            through ``stop_check`` and ``generator``).
+        eos_ids: Token ids that end a sequence; the EOS token is kept in ``token_ids``.
+        pad_id: Token id used for left padding (masked out, never attended to).
+        generator: The random generator for ``torch.multinomial``.
+        stop_check: Called with a row's generated ids after each new token; ``True`` ends the row ("stop").
+
+    Returns:
+        One :class:`SampledSequence` per prompt, in order.
+    """
+    device = next(model.parameters()).device
+    batch = len(prompts)
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, T]
+    eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
+    cache_arg, extra = _forward_kwargs(model)
+
+    out_ids: list[list[int]] = [[] for _ in range(batch)]
+    out_lp: list[list[float]] = [[] for _ in range(batch)]
+    reasons = ["length"] * batch
+    alive = list(range(batch))  # original row index of each row still in the batch
+    cache = None
+    step_ids, step_pos = input_ids, positions
+    for _ in range(sampling.max_new_tokens):
+        out = model(input_ids=step_ids, attention_mask=attention, position_ids=step_pos, use_cache=True,
+                    **{cache_arg: cache}, **extra)  # fmt: skip
+        cache = _output_cache(out)
+        logits = out.logits[:, -1, :].float()  # [b, V]
+        if sampling.temperature == 0:
+            token = logits.argmax(-1)  # [b]
+            logp = torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
+        else:
+            logq = torch.log_softmax(filter_logits(logits, sampling), -1)  # [b, V]
+            token = torch.multinomial(logq.exp(), 1, generator=generator)[:, 0]
+            logp = logq.gather(-1, token[:, None])[:, 0]
+        done = torch.isin(token, eos)
+        tokens, logps, dones = token.tolist(), logp.tolist(), done.tolist()
+        keep: list[int] = []
+        for i, row in enumerate(alive):
+            out_ids[row].append(tokens[i])
+            out_lp[row].append(logps[i])
+            if dones[i] or (stop_check is not None and stop_check(out_ids[row])):
+                reasons[row] = "stop"
+            else:
+                keep.append(i)
+        if not keep:
+            break
+        step_ids = token[:, None]
+        step_pos = step_pos[:, -1:] + 1
+        attention = torch.cat([attention, torch.ones_like(step_ids)], dim=-1)
+        if len(keep) < len(alive):
+            index = torch.tensor(keep, dtype=torch.long, device=device)
+            cache.batch_select_indices(index)
+            step_ids, step_pos, attention = step_ids[index], step_pos[index], attention[index]
+            alive = [alive[i] for i in keep]
+    return [SampledSequence(out_ids[r], out_lp[r], reasons[r]) for r in range(batch)]
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Log-probs of ``completion_ids`` after ``prompt_ids`` under ``softmax(logits / temperature)``, one forward.
+
+    Args:
+        model: A transformers causal LM.
+        prompt_ids: The prompt's token ids.
+        completion_ids: The continuation's token ids (at least one).
+        temperature: Divides the logits (1.0 = the model's own distribution).
+
+    Returns:
+        ``[len(completion_ids)]`` float32 tensor (with grad if called under grad mode).
+    """
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], dtype=torch.long, device=device)  # [1, T]
+    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature  # [C, V]
+    target = ids[0, len(prompt_ids) :]
+    return torch.log_softmax(logits, -1).gather(-1, target[:, None])[:, 0]
