@@ -186,7 +186,9 @@ def _format_error(prefix: str, err: Mapping[str, Any], model: type[BaseModel] | 
         allowed = err.get("ctx", {}).get("expected", "")
         options = re.findall(r"'([^']*)'", allowed)
         return f"{path}: invalid value {_show(value)}; allowed: {allowed}.{_did_you_mean(value, options)}"
-    message = err["msg"].replace("Input should be", "expected").replace("Value error, ", "")
+    message = err["msg"].replace("Input should be", "expected").replace("Value error, ", "").rstrip(".")
+    if not loc:  # a model-level check (e.g. eval.k against eval.n): its message names the keys itself
+        return f"{path}: {message}."
     return f"{path}: invalid value {_show(value)}: {message}."
 
 

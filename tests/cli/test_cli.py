@@ -1,0 +1,73 @@
+import json
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from lrmgym.cli.main import cli
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_console_script_help():
+    exe = shutil.which("lrmgym")
+    assert exe, "the lrmgym console script is not installed"
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for command in ("run", "eval", "envs", "config"):
+        assert f"  {command}" in out.stdout
+
+
+def test_envs_list_and_show():
+    result = invoke("envs", "list")
+    assert result.exit_code == 0
+    assert any(line.startswith("lrmgym/Echo-v0 ") and "[env=echo]" in line for line in result.output.splitlines())
+    shown = invoke("envs", "show", "Echo-v0")
+    assert shown.exit_code == 0
+    assert "words = 3" in shown.output and "How many words the policy must repeat." in shown.output
+
+
+def test_envs_sample_is_deterministic_and_json():
+    a = invoke("envs", "sample", "Echo-v0", "--seed", "4", "-n", "2", "--json", "words=2")
+    b = invoke("envs", "sample", "Echo-v0", "--seed", "4", "-n", "2", "--json", "words=2")
+    assert a.exit_code == 0 and a.output == b.output
+    rows = [json.loads(line) for line in a.output.splitlines()]
+    assert len(rows) == 2 and len(rows[0]["answer"].split()) == 2
+    assert invoke("envs", "sample", "Echo-v0", "--seed", "5", "-n", "2", "--json").output != a.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("envs", "show", "Ecoh-v0"), "Error: Unknown environment id 'Ecoh-v0'. Did you mean 'lrmgym/Echo-v0'?"),
+        (("envs", "sample", "Echo-v0", "words=0"), "Error: env.words: invalid value 0: expected greater than or equal to 1."),
+        (("envs", "sample", "Echo-v0", "wrds=2"), "Error: env.wrds: unknown key (value 2); allowed: max_turns, words. Did you mean 'words'?"),
+        (("envs", "sample", "Echo-v0", "oops"), "Error: 'oops' is not an env option: expected KEY=VALUE, e.g. difficulty=2."),
+        (("config", "show", "env=echo", "policy=mock", "bogus"), "Error: 'bogus' is not an override"),
+        (("run", "--resume", "/nonexistent/run"), "Error: --resume: '/nonexistent/run/config.yaml' not found; expected a run directory made by `lrmgym run`."),
+        (("run", "--resume", "/tmp", "env=echo"), "Error: --resume continues a run with its saved config; remove the overrides env=echo"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_error_line(args, message):
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(message), result.output
+    assert "Traceback" not in result.output and result.output.count("\n") == 1
+
+
+def test_config_show_prints_resolved_yaml():
+    import yaml
+
+    result = invoke("config", "show", "env=echo", "policy=mock", "env.words=4", "run.seed=9")
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(result.output)
+    assert data["env"] == {"id": "lrmgym/Echo-v0", "words": 4, "max_turns": 1}
+    assert data["run"]["seed"] == 9 and data["policy"]["kind"] == "mock"
+
+
+def test_config_presets_lists_groups():
+    result = invoke("config", "presets")
+    assert result.exit_code == 0 and result.output.splitlines()[0].startswith("env: ")

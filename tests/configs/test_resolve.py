@@ -1,0 +1,91 @@
+"""The override grammar and its error messages, pinned exactly (they are part of the user interface)."""
+
+import re
+
+import pytest
+
+from lrmgym.configs.resolve import ConfigError, list_presets, load_preset, parse_overrides, resolve
+
+BASE = ("env=echo", "policy=mock")
+
+
+def fail(*tokens, base=BASE):
+    with pytest.raises(ConfigError) as err:
+        resolve((*base, *tokens))
+    return str(err.value)
+
+
+def test_presets_are_package_data():
+    assert {"echo", "math"} <= set(list_presets("env"))
+    assert "mock" in list_presets("policy")
+    assert load_preset("env", "echo")["id"] == "lrmgym/Echo-v0"
+
+
+def test_defaults_and_overrides_resolve():
+    cfg = resolve((*BASE, "env.words=5", "run.seed=3", "eval.k=[1,2]", "eval.n=4"))
+    assert cfg.env.id == "lrmgym/Echo-v0" and cfg.env.options["words"] == 5
+    assert cfg.policy.kind == "mock" and cfg.learner.kind == "grpo"
+    assert cfg.run.seed == 3 and cfg.eval.k == [1, 2] and cfg.judge == {}
+
+
+def test_group_tokens_apply_before_dotted_ones():
+    cfg = resolve(("env.words=7", "env=echo", "policy=mock"))
+    assert cfg.env.options["words"] == 7
+
+
+def test_yaml_scalars_including_exponent_without_dot():
+    groups, dotted = parse_overrides(["learner.lr=1e-6", "a.b=true", "a.c=[1, 4]", "a.d=text", "a.e="])
+    assert [v for _, v, _ in dotted] == [1e-6, True, [1, 4], "text", ""]
+
+
+def test_round_trip_through_yaml_dict():
+    import yaml
+
+    from lrmgym.configs.resolve import resolve_dict
+
+    cfg = resolve((*BASE, "env.words=2"))
+    again = resolve_dict(yaml.safe_load(cfg.to_yaml()))
+    assert again.to_dict() == cfg.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (("foo",), "'foo' is not an override: expected GROUP=PRESET (e.g. env=math) or dotted.key=VALUE (e.g. learner.lr=1e-6)."),
+        (("=3",), "'=3' is not an override: expected GROUP=PRESET (e.g. env=math) or dotted.key=VALUE (e.g. learner.lr=1e-6)."),
+        (("evn=math",), "evn: unknown key (value 'math'); allowed: env, eval, judge, learner, policy, run. Did you mean 'env'?"),
+        (("run=x",), "run: is a section, not a preset group; set its keys instead, e.g. run.KEY=VALUE."),
+        (("env=ecco",), "env: unknown preset 'ecco'; allowed: {envs}. Did you mean 'echo'?"),
+        (("env.wrds=2",), "env.wrds: unknown key (value 2); allowed: max_turns, words. Did you mean 'words'?"),
+        (("env.words=many",), "env.words: invalid value 'many': expected a valid integer, unable to parse string as an integer."),
+        (("env.words=0",), "env.words: invalid value 0: expected greater than or equal to 1."),
+        (("env.id=lrmgym/Ecco-v0",), "env.id: unknown environment 'lrmgym/Ecco-v0'; allowed: {ids}. Did you mean 'lrmgym/Echo-v0'?"),
+        (("run.seed=-1",), "run.seed: invalid value -1: expected greater than or equal to 0."),
+        (("run.sed=1",), "run.sed: unknown key (value 1); allowed: name, output_dir, seed. Did you mean 'seed'?"),
+        (("policy.kind=mok",), "policy.kind: unknown kind 'mok'; allowed: hf, mock, openai, tiny, vllm. Did you mean 'mock'?"),
+        (("policy.mode=randm",), "policy.mode: invalid value 'randm'; allowed: 'random', 'adversarial' or 'scripted'. Did you mean 'random'?"),
+        (("eval.n=2", "eval.k=[1,4]"), "eval: eval.k contains 4 but eval.n is 2: pass@4 needs at least 4 samples per task. Raise eval.n to 4 or more, or drop 4 from eval.k."),
+        (("judge=nope",), "judge: unknown preset 'nope'; allowed: {judges}."),
+        (("env.words.x=1",), "env.words.x: env.words is 3, not a section; it has no key 'x'."),
+    ],
+)
+def test_error_messages_are_pinned(tokens, message):
+    from lrmgym.registry import list_envs
+
+    message = message.format(
+        envs=", ".join(list_presets("env")),
+        ids=", ".join(list_envs(namespace=None)),
+        judges=", ".join(list_presets("judge")) or "none",
+    )
+    assert fail(*tokens) == message
+
+
+def test_cli_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from lrmgym.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["run", "env=echo", "learner.lrr=1", f"run.output_dir={tmp_path}"])
+    assert result.exit_code == 2
+    assert re.fullmatch(r"Error: learner\.lrr: unknown key \(value 1\); allowed: [a-z_, ]+\. Did you mean 'lr'\?\n", result.output)
+    assert list(tmp_path.iterdir()) == []
