@@ -1,0 +1,352 @@
+"""Judges: reward wrappers that plug over any env.
+
+A :class:`Judge` turns ``(task, completion, env verdict)`` into a named :class:`~lrmgym.core.Component`.
+:class:`JudgedEnv` wraps any :class:`~lrmgym.core.TextEnv`, runs the env's own verifier once, hands its
+verdict to each judge, and replaces the reward with the weighted sum of the judges' scores. Every component
+is recorded in the verdict (name, score, weight, latency, cache hit, reason), so every reward a learner
+sees can be traced back to the judge that produced it.
+
+Group-aware judges (the arena) override :meth:`BaseJudge.score_group`; learners always call
+``env.score_group``, so the wrapper passes whole groups through.
+
+Rules of composition:
+    - The total is ``sum(weight * score)`` over the listed judges only. List the ``accuracy`` judge to keep
+      the verifier's reward in the total (``judge=[accuracy,format_strict]``).
+    - If any component is ungradeable (``score is None``), the verdict is ungradeable: learners mask it out
+      instead of training on a partial reward. The component's reason says which judge failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol, SupportsFloat, runtime_checkable
+
+import gymnasium
+from pydantic import BaseModel, ConfigDict
+
+from lrmgym.core import Completion, Component, Prompt, Task, TextEnv, Verdict
+
+__all__ = [
+    "BaseJudge",
+    "JudgeConfigBase",
+    "JudgeStats",
+    "Judge",
+    "JudgedEnv",
+    "PairwiseJudge",
+    "ContentCache",
+    "both_orders",
+    "content_hash",
+    "prompt_text",
+]
+
+
+# --------------------------------------------------------------------------------------------------- protocols
+@runtime_checkable
+class Judge(Protocol):
+    """Scores completions; ``name`` labels its component in every verdict.
+
+    ``score`` grades one completion given the env's own verdict for it; ``score_group`` grades the ``G``
+    completions of one task together (group-aware judges use the whole group, others loop over ``score``).
+    Neither may raise for any model output: a judge that cannot grade returns a component with
+    ``score=None`` and a reason.
+    """
+
+    name: str
+    weight: float
+
+    def score(self, task: Task, completion: Completion, verdict: Verdict) -> Component:
+        """Grade one completion."""
+        ...
+
+    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+        """Grade the completions of one task, one component each, in order."""
+        ...
+
+    def stats(self) -> dict[str, float]:
+        """Counters since creation: calls, cache hits, failures, seconds spent, and judge-specific costs."""
+        ...
+
+
+@runtime_checkable
+class PairwiseJudge(Protocol):
+    """Compares two completions of the same task.
+
+    ``compare`` returns the soft outcome for ``first``: 1.0 when ``first`` is better, 0.0 when ``second``
+    is, 0.5 for a tie, or ``None`` when the comparison failed (endpoint down, unparseable reply). It must not
+    raise for any model output.
+    """
+
+    name: str
+
+    def compare(self, task: Task, first: Completion, second: Completion) -> float | None:
+        """The outcome of ``first`` against ``second``."""
+        ...
+
+    def stats(self) -> dict[str, float]:
+        """Counters since creation."""
+        ...
+
+
+def both_orders(judge: PairwiseJudge, task: Task, first: Completion, second: Completion) -> tuple[float | None, int]:
+    """Ask ``judge`` in both presentation orders; a flip (each order prefers its first slot) counts as a tie.
+
+    Returns:
+        ``(outcome for first, number of compare calls made)``. When the two orders agree, their outcome;
+        when they disagree, 0.5; when one call failed, the other's outcome; when both failed, ``None``.
+    """
+    y1 = judge.compare(task, first, second)
+    y2 = judge.compare(task, second, first)
+    if y1 is None and y2 is None:
+        return None, 2
+    if y1 is None:
+        return 1.0 - y2, 2
+    if y2 is None:
+        return y1, 2
+    return (y1 if abs(y1 - (1.0 - y2)) < 1e-9 else 0.5), 2
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+def prompt_text(prompt: Prompt) -> str:
+    """A prompt as plain text: the string itself, or the chat messages as ``role: content`` lines."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in prompt)
+
+
+def content_hash(*parts: Any) -> str:
+    """A SHA-256 over the ``repr`` of each part (length-prefixed, so part boundaries cannot collide)."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = repr(part).encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+class ContentCache:
+    """A thread-safe bounded LRU cache from content hashes to judge outcomes.
+
+    Only successful outcomes are stored: a failure is retried next time instead of being remembered.
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> tuple[bool, Any]:
+        """``(True, value)`` on a hit, ``(False, None)`` on a miss."""
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return True, self._data[key]
+            return False, None
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Store a value, evicting the least recently used entry when full."""
+        if self.max_entries <= 0:
+            return
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class JudgeStats:
+    """Thread-safe named counters (calls, failures, seconds, tokens) for one judge."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, **increments: float) -> None:
+        """Add to counters, creating them at 0."""
+        with self._lock:
+            for key, value in increments.items():
+                self._counts[key] = self._counts.get(key, 0) + value
+
+    def snapshot(self) -> dict[str, float]:
+        """A copy of the counters."""
+        with self._lock:
+            return dict(self._counts)
+
+
+class BaseJudge:
+    """Plumbing shared by the bundled judges: a name, a weight, counters, and the group loop.
+
+    Subclasses implement :meth:`_score` (one completion, no timing); the base class times it, counts it and
+    turns any exception into an ungradeable component (a judge bug must not stop training; the reason
+    carries the exception).
+    """
+
+    name: str = "judge"
+    weight: float = 1.0
+
+    def __init__(self, name: str | None = None, weight: float = 1.0) -> None:
+        if name is not None:
+            self.name = name
+        self.weight = float(weight)
+        self._stats = JudgeStats()
+
+    def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
+        """``(score, reason, cached)`` for one completion."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _score(task, completion, verdict).")
+
+    def score(self, task: Task, completion: Completion, verdict: Verdict) -> Component:
+        """Grade one completion; never raises for model output."""
+        start = time.perf_counter()
+        try:
+            value, reason, cached = self._score(task, completion, verdict)
+        except Exception as err:  # noqa: BLE001 - a judge failure becomes an ungradeable component
+            value, reason, cached = None, f"{self.name} failed: {type(err).__name__}: {err}"[:500], False
+        latency = time.perf_counter() - start
+        self._stats.add(calls=1, seconds=latency, failures=int(value is None), cache_hits=int(cached))
+        return Component(self.name, value, self.weight, latency, cached, reason)
+
+    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+        """Grade each completion independently."""
+        return [self.score(task, c, v) for c, v in zip(completions, verdicts, strict=True)]
+
+    def stats(self) -> dict[str, float]:
+        """Counters since creation: ``calls``, ``failures``, ``cache_hits``, ``seconds`` and judge-specific ones."""
+        return self._stats.snapshot()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, weight={self.weight})"
+
+
+# --------------------------------------------------------------------------------------------------- the wrapper
+def _combine(base: Verdict, components: Sequence[Component], format_ok: bool | None) -> Verdict:
+    """The judged verdict: the weighted sum of the components, ungradeable if any component is."""
+    missing = [c for c in components if c.score is None]
+    reason = "; ".join(f"{c.name}: {c.reason}" for c in components if c.reason)
+    latency = base.latency_s + sum(c.latency_s for c in components)
+    fields = dict(correct=base.correct, parsed=base.parsed, components=tuple(components), latency_s=latency)
+    fields["format_ok"] = base.format_ok if format_ok is None else format_ok
+    if missing:
+        names = ", ".join(c.name for c in missing)
+        return Verdict(score=None, reason=f"ungradeable by {names}; {reason}", **fields)
+    total = sum(c.weight * c.score for c in components)  # type: ignore[operator]
+    return Verdict(score=float(total), reason=reason, **fields)
+
+
+class JudgedEnv(gymnasium.Wrapper):
+    """Any env with its reward replaced by a weighted composition of judges.
+
+    Args:
+        env: The env to wrap (its own verifier runs first; its verdict is what the judges see).
+        judges: One judge or a list; each judge's ``weight`` attribute is its weight unless ``weights`` is given.
+        weights: Optional weights overriding the judges' own.
+
+    ``step`` and ``score_group`` both apply the judges; ``verify(task, completion)`` gives the judged
+    verdict of one completion. ``info["verdict"]`` holds the judged verdict and ``info["env_verdict"]`` the
+    env's own.
+
+    Example:
+        >>> from lrmgym.envs.echo import EchoEnv
+        >>> from lrmgym.judges.rule import AccuracyJudge, LengthPenalty
+        >>> env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), LengthPenalty(max_length=10, free_length=0, unit="chars")])
+        >>> _ = env.reset(seed=0)
+        >>> _, reward, *_ = env.step(env.task.answer)  # a 5-letter word: accuracy 1, length -0.5
+        >>> reward
+        0.5
+    """
+
+    def __init__(self, env: gymnasium.Env, judges: Judge | Sequence[Judge], weights: Sequence[float] | None = None) -> None:
+        super().__init__(env)
+        judges = [judges] if not isinstance(judges, Sequence) else list(judges)
+        if not judges:
+            raise ValueError("JudgedEnv needs at least one judge; for the env's own reward use the env itself.")
+        bad = [type(j).__name__ for j in judges if not isinstance(j, Judge)]
+        if bad:
+            raise TypeError(
+                f"JudgedEnv expects Judge objects (name, weight, score, score_group, stats); got {', '.join(bad)}."
+            )
+        names = [j.name for j in judges]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"Two judges share the name(s) {dupes}; give each a distinct name (name=...).")
+        if weights is not None:
+            if len(weights) != len(judges):
+                raise ValueError(f"Got {len(weights)} weights for {len(judges)} judges; give one weight per judge.")
+            for judge, w in zip(judges, weights):
+                judge.weight = float(w)
+        self.judges: list[Judge] = judges
+
+    # ---- the env's own API, forwarded (gymnasium 1.x wrappers do not forward attributes)
+    @property
+    def text_env(self) -> TextEnv:
+        """The innermost text env."""
+        return self.env.unwrapped  # type: ignore[return-value]
+
+    @property
+    def max_turns(self) -> int:
+        return getattr(self.env, "max_turns", 1)
+
+    @property
+    def task(self) -> Task | None:
+        return self.text_env.task
+
+    def task_at(self, index: int, seed: int | None = None) -> Task:
+        """The env's task ``index`` (see :meth:`TextEnv.task_at`)."""
+        return self.text_env.task_at(index, seed)
+
+    # ---- judging
+    def _judge(self, task: Task, completions: list[Completion], base: list[Verdict]) -> list[Verdict]:
+        per_judge = [judge.score_group(task, completions, base) for judge in self.judges]  # [judge][completion]
+        out = []
+        for k, (completion, verdict) in enumerate(zip(completions, base)):
+            components = [comps[k] for comps in per_judge]
+            fmt = [j.format_ok(completion) for j in self.judges if hasattr(j, "format_ok")]
+            out.append(_combine(verdict, components, all(fmt) if fmt else None))
+        return out
+
+    def score_group(self, task: Task, completions: Sequence[Completion | str]) -> list[Verdict]:
+        """Grade ``G`` completions of one task: the env's verifier, then each judge over the whole group."""
+        completions = [Completion.coerce(c) for c in completions]
+        base = self.env.score_group(task, completions)
+        return self._judge(task, completions, list(base))
+
+    def verify(self, task: Task, completion: Completion | str) -> Verdict:
+        """The judged verdict of one completion (a group of one)."""
+        return self.score_group(task, [completion])[0]
+
+    def step(self, action: Completion | str) -> tuple[Prompt, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the env, then judge its verdict; the reward is the judged score (0.0 when ungradeable)."""
+        completion = Completion.coerce(action)
+        task = self.text_env.task
+        obs, _, terminated, truncated, info = self.env.step(completion)
+        base = info["verdict"]
+        verdict = self._judge(task, [completion], [base])[0]
+        info = {**info, "verdict": verdict, "env_verdict": base}
+        reward = 0.0 if verdict.score is None else float(verdict.score)
+        return obs, reward, terminated, truncated, info
+
+    def judge_stats(self) -> dict[str, dict[str, float]]:
+        """Each judge's counters, by name."""
+        return {j.name: j.stats() for j in self.judges}
+
+
+
+# --------------------------------------------------------------------------------------------------- configs
+class JudgeConfigBase(BaseModel):
+    """Fields every judge config has. Subclasses add ``kind: Literal[...]`` and their options."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    weight: float = 1.0
+    """The judge's weight in the verdict's total (``sum(weight * score)``)."""
+    name: str | None = None
+    """The component's name in verdicts; defaults to the judge's kind (and mode). Must be unique per env."""
+
+    def build(self) -> Judge:
+        """Make the judge."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build().")

@@ -1,0 +1,161 @@
+"""JudgedEnv: weighted composition over any env, in step and score_group, with every component recorded."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lrmgym.core import Completion, Task, Verdict
+from lrmgym.envs.echo import EchoEnv
+from lrmgym.judges.base import BaseJudge, ContentCache, JudgedEnv, both_orders, content_hash
+from lrmgym.judges.rule import AccuracyJudge, FormatJudge, LengthPenalty
+
+
+class CountingEcho(EchoEnv):
+    """Echo that counts verifier calls, to show judges reuse the env's verdict instead of re-verifying."""
+
+    calls = 0
+
+    def verify(self, task, completion):
+        CountingEcho.calls += 1
+        return super().verify(task, completion)
+
+
+class Exploding(BaseJudge):
+    name = "exploding"
+
+    def _score(self, task, completion, verdict):
+        raise RuntimeError("boom")
+
+
+def _env(**kw):
+    return JudgedEnv(
+        CountingEcho(words=1, **kw),
+        [AccuracyJudge(weight=1.0), FormatJudge("loose", weight=0.5), LengthPenalty(max_length=100, unit="chars", weight=2.0)],
+    )
+
+
+def test_score_group_composes_weighted_components_and_verifies_once_each():
+    env = _env()
+    env.reset(seed=0)
+    task = env.task
+    texts = [task.answer, "<think>x</think>" + task.answer, "wrong"]
+    CountingEcho.calls = 0
+    verdicts = env.score_group(task, texts)
+    assert CountingEcho.calls == 3
+    assert [c.name for c in verdicts[0].components] == ["accuracy", "format_loose", "length"]
+    assert [c.weight for c in verdicts[0].components] == [1.0, 0.5, 2.0]
+    # accuracy 1, format 0, length -(5/100) * 2
+    assert verdicts[0].score == pytest.approx(1.0 - 0.1)
+    assert verdicts[1].score == pytest.approx(0.0 + 0.5 - 2 * 21 / 100)  # echo wants the bare words: wrong
+    assert verdicts[1].format_ok is True and verdicts[0].format_ok is False
+    assert verdicts[2].correct is False
+    assert all(c.latency_s >= 0 and c.cached is False for v in verdicts for c in v.components)
+    assert verdicts[0].reason == "accuracy: match; format_loose: no <think> tag; length: 5 chars"
+
+
+def test_step_applies_the_same_judges_and_keeps_the_env_verdict():
+    env = _env()
+    env.reset(seed=0)
+    answer = env.task.answer
+    expected = env.score_group(env.task, [answer])[0].score
+    _, reward, terminated, truncated, info = env.step(answer)
+    assert reward == pytest.approx(expected)
+    assert info["verdict"].score == pytest.approx(expected)
+    assert info["env_verdict"].score == 1.0
+    assert terminated and not truncated
+
+
+def test_multi_turn_env_keeps_its_feedback_loop_under_the_wrapper():
+    env = _env(max_turns=3)
+    env.reset(seed=1)
+    obs, reward, terminated, truncated, _ = env.step("nope")
+    assert obs.startswith("Wrong. Repeat exactly:") and not terminated and not truncated
+    assert reward == pytest.approx(-2 * 4 / 100)
+    _, reward, terminated, _, _ = env.step(env.task.answer)
+    assert terminated and reward == pytest.approx(1.0 - 0.1)
+
+
+def test_weights_override_and_verify_gives_the_judged_verdict():
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), FormatJudge("loose")], weights=[3.0, 1.0])
+    env.reset(seed=0)
+    assert env.verify(env.task, env.task.answer).score == 3.0
+
+
+def test_a_failing_judge_makes_the_verdict_ungradeable_without_raising():
+    env = JudgedEnv(EchoEnv(), [AccuracyJudge(), Exploding()])
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("anything")
+    verdict = info["verdict"]
+    assert reward == 0.0 and verdict.score is None
+    assert verdict.reason == "ungradeable by exploding; accuracy: mismatch; exploding: exploding failed: RuntimeError: boom"
+    assert env.judge_stats()["exploding"]["failures"] == 1
+
+
+def test_an_ungradeable_env_verdict_stays_ungradeable():
+    class Broken(EchoEnv):
+        def verify(self, task, completion):
+            return Verdict.ungradeable("timeout after 2.0 s")
+
+    env = JudgedEnv(Broken(), AccuracyJudge())
+    env.reset(seed=0)
+    assert env.score_group(env.task, ["x"])[0].score is None
+
+
+@pytest.mark.parametrize(
+    ("judges", "kwargs", "error", "message"),
+    [
+        ([], {}, ValueError, "JudgedEnv needs at least one judge; for the env's own reward use the env itself."),
+        ([AccuracyJudge(), AccuracyJudge()], {}, ValueError,
+         "Two judges share the name(s) ['accuracy']; give each a distinct name (name=...)."),
+        ([AccuracyJudge()], {"weights": [1.0, 2.0]}, ValueError, "Got 2 weights for 1 judges; give one weight per judge."),
+        (["accuracy"], {}, TypeError,
+         "JudgedEnv expects Judge objects (name, weight, score, score_group, stats); got str."),
+    ],
+)  # fmt: skip
+def test_bad_wrapper_arguments(judges, kwargs, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        JudgedEnv(EchoEnv(), judges, **kwargs)
+
+
+class FixedPairwise:
+    """Pairwise judge returning a scripted outcome per (first, second) text pair."""
+
+    name = "fixed"
+
+    def __init__(self, table):
+        self.table = table
+
+    def compare(self, task, first, second):
+        return self.table.get((first.text, second.text))
+
+    def stats(self):
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ({("a", "b"): 1.0, ("b", "a"): 0.0}, 1.0),  # consistent: a wins
+        ({("a", "b"): 1.0, ("b", "a"): 1.0}, 0.5),  # position bias: a flip counts as a tie
+        ({("a", "b"): 0.5, ("b", "a"): 0.5}, 0.5),
+        ({("a", "b"): 0.0}, 0.0),  # second call failed: the first decides
+        ({("b", "a"): 0.0}, 1.0),
+        ({}, None),
+    ],
+)
+def test_both_orders(table, expected):
+    task = Task(id="t", prompt="p")
+    assert both_orders(FixedPairwise(table), task, Completion("a"), Completion("b")) == (expected, 2)
+
+
+def test_content_cache_is_bounded_lru_and_hash_separates_parts():
+    cache = ContentCache(max_entries=2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == (True, 1)
+    cache.put("c", 3)  # evicts b, the least recently used
+    assert cache.get("b") == (False, None) and len(cache) == 2
+    assert content_hash("ab", "c") != content_hash("a", "bc")
+    assert content_hash("x\ud800") == content_hash("x\ud800")  # lone surrogates hash without error
