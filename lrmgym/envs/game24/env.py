@@ -1,0 +1,351 @@
+"""``lrmgym/Game24-v0``: make 24 from four numbers with + - * / and parentheses (``env=game24``).
+
+Training on math and evaluating here is the out-of-distribution probe: the arithmetic is easy, the search is
+not. The same instance serves two modes:
+
+- ``single``: one expression per task, graded exactly (:mod:`lrmgym.envs.game24.checker`).
+- ``steps``: a multi-turn episode; each turn combines two of the remaining numbers (``8 / 3 = 8/3``), the env
+  checks the arithmetic and the operands exactly, replies with the numbers left, and the episode is solved when
+  a single 24 remains. An illegal step gets a clear message and a configurable penalty.
+
+Two splits: ``train`` draws puzzles from a seeded generator over every distinct four-number puzzle of a range
+(labelled by the solver: number of distinct solutions, need for fractions); ``test`` serves the 1 362 ToT
+puzzles (``24.csv``) in rank order, labelled by their human solve-time rank.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lrmgym.core import Completion, Component, Prompt, Task, TextEnv, Verdict
+from lrmgym.envs.game24.checker import (
+    MAX_EXPR_CHARS,
+    NO_SOLUTION_ANSWERS,
+    CheckError,
+    apply_step,
+    check_answer,
+    parse_step,
+)
+from lrmgym.envs.game24.data import HeldOutPuzzle, PuzzlePool, load_held_out, puzzle_pool, sample_puzzle
+from lrmgym.envs.game24.prompts import extract_answer, feedback_text, prompt_text
+from lrmgym.envs.game24.solver import TARGET, analyse, format_number, solutions
+
+__all__ = ["Game24Config", "Game24Env"]
+
+DEFAULT_MIN_NUMBER, DEFAULT_MAX_NUMBER = 1, 13
+DEFAULT_UNSOLVABLE_RATIO = 0.25
+DEFAULT_STEP_PENALTY = 0.1
+DEFAULT_STEP_TURNS = 6
+MAX_STEPS_PER_ANSWER = 8
+_STEP_SPLIT = re.compile(r"[;\n]")
+
+
+class Game24Config(BaseModel):
+    """Options of the Game24 env. Options that only apply to one mode or split default to ``None``."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    mode: Literal["single", "steps"] = "single"
+    """'single': one expression per task; 'steps': a multi-turn episode, one step such as '8 / 3 = 8/3' per turn."""
+    split: Literal["train", "test"] = "train"
+    """'train': seeded generator; 'test': the 1 362 ToT puzzles of 24.csv in rank order (held out)."""
+    style: Literal["compact", "instruct"] = "instruct"
+    """'compact': very short prompts ('Q:24 from 4 7 8 8. A:') for the tiny model; 'instruct': full rules for LLMs."""
+    answer_format: Literal["r1", "plain"] = "r1"
+    """'r1': <think>…</think><answer>…</answer>; 'plain': the last line, optionally 'Answer: …'. Both strict."""
+    allow_unsolvable: bool = False
+    """Train split only: also generate unsolvable puzzles, whose right answer is 'no solution'."""
+    unsolvable_ratio: float | None = Field(None, ge=0.0, le=1.0)
+    """With allow_unsolvable: the share of unsolvable puzzles (default 0.25)."""
+    min_number: int | None = Field(None, ge=0, le=20)
+    """Train split only: the smallest puzzle number (default 1)."""
+    max_number: int | None = Field(None, ge=1, le=20)
+    """Train split only: the largest puzzle number (default 13; at most 20, since every puzzle is enumerated)."""
+    held_out_ranks: tuple[int, int] | None = None
+    """Ranks [first, last] of 24.csv reserved for evaluation: the test split serves only these and the train split
+    never generates them (it then reads 24.csv). None: test serves all 1 362, train excludes nothing."""
+    step_penalty: float | None = Field(None, ge=0.0, le=1.0)
+    """Steps mode only: score subtracted per illegal step (default 0.1)."""
+    max_turns: int | None = Field(None, ge=1, le=50)
+    """Steps mode only: policy turns per episode (default 6; three legal steps solve a puzzle)."""
+    data_path: str | None = None
+    """The held-out 24.csv; default $LRMGYM_SHARED_DATA/game24/24.csv, else <repo>/../shared/data/game24/24.csv."""
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Game24Config:
+        steps_only = {"step_penalty": self.step_penalty, "max_turns": self.max_turns}
+        for name, value in steps_only.items():
+            if value is not None and self.mode != "steps":
+                raise ValueError(f"{name}={value} applies to mode='steps' only; remove it or set mode='steps'.")
+        if self.unsolvable_ratio is not None and not self.allow_unsolvable:
+            raise ValueError(
+                f"unsolvable_ratio={self.unsolvable_ratio} needs allow_unsolvable=True; set it or remove the ratio."
+            )
+        if self.split == "test":
+            for name in ("allow_unsolvable", "min_number", "max_number"):
+                if getattr(self, name) not in (None, False):
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} applies to split='train' only (the test split is the fixed "
+                        "24.csv set, all solvable); remove it or set split='train'."
+                    )
+        low, high = self.numbers_range
+        if low > high:
+            raise ValueError(f"min_number={low} is above max_number={high}; the range must be non-empty.")
+        if self.held_out_ranks is not None:
+            first, last = self.held_out_ranks
+            if not 1 <= first <= last:
+                raise ValueError(
+                    f"held_out_ranks={list(self.held_out_ranks)} must be [first, last] with 1 <= first <= last, "
+                    "for example [901, 1000] (the ToT test range)."
+                )
+        return self
+
+    @property
+    def numbers_range(self) -> tuple[int, int]:
+        """The effective (min_number, max_number)."""
+        low = DEFAULT_MIN_NUMBER if self.min_number is None else self.min_number
+        high = DEFAULT_MAX_NUMBER if self.max_number is None else self.max_number
+        return low, high
+
+
+class Game24Env(TextEnv):
+    """The 24-point game: four numbers, + - * / and parentheses, make 24; single-shot or step by step.
+
+    Rewards: single mode scores 1.0 for a correct expression (or a right 'no solution'), else 0.0. Steps mode
+    scores each turn with the episode's score so far: 1.0 once solved, minus ``step_penalty`` per illegal step
+    so far. The reward of a step is that running score (so the last reward is the episode's return, as
+    ``Trajectory.reward`` reads it); it is not an increment to be summed.
+
+    ``verify(task, completion)`` grades a completion from the puzzle's start (in steps mode the completion may
+    hold several steps, one per line or separated by ';'); ``step`` grades from the episode's current numbers.
+    """
+
+    Config = Game24Config
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        cfg: Game24Config = self.config
+        self.max_turns = (cfg.max_turns or DEFAULT_STEP_TURNS) if cfg.mode == "steps" else 1
+        self._penalty = (DEFAULT_STEP_PENALTY if cfg.step_penalty is None else cfg.step_penalty) if cfg.mode == "steps" else 0.0
+        self._held_out: tuple[HeldOutPuzzle, ...] = ()
+        self._pool: PuzzlePool | None = None
+        if cfg.split == "test" or cfg.held_out_ranks is not None:
+            self._held_out = self._select_ranks(load_held_out(cfg.data_path))
+        if cfg.split == "train":
+            self._build_train_pool()
+        # Episode state of steps mode: the numbers left, illegal steps so far, and the last turn's outcome.
+        self._numbers_left: tuple[Fraction, ...] = ()
+        self._illegal = 0
+        self._outcome = ""
+        self._grading_episode = False
+
+    # ------------------------------------------------------------------------------------------ task sources
+    def _select_ranks(self, puzzles: tuple[HeldOutPuzzle, ...]) -> tuple[HeldOutPuzzle, ...]:
+        ranks = self.config.held_out_ranks
+        if ranks is None:
+            return puzzles
+        chosen = tuple(p for p in puzzles if ranks[0] <= p.rank <= ranks[1])
+        if not chosen:
+            raise ValueError(
+                f"held_out_ranks={list(ranks)} selects no puzzle of 24.csv (ranks {puzzles[0].rank}-{puzzles[-1].rank})."
+            )
+        return chosen
+
+    def _build_train_pool(self) -> None:
+        cfg: Game24Config = self.config
+        low, high = cfg.numbers_range
+        pool = puzzle_pool(low, high)
+        excluded = {p.numbers for p in self._held_out}
+        good = tuple(p for p in pool.solvable if p not in excluded)
+        bad = pool.unsolvable if cfg.allow_unsolvable else ()
+        if not good and not bad:
+            raise ValueError(
+                f"No puzzle to generate: numbers {low}..{high} give no solvable puzzle outside held_out_ranks. "
+                "Widen min_number/max_number or set allow_unsolvable=True."
+            )
+        self._pool = PuzzlePool(low, high, good, bad)
+
+    def make_task(self, index: int, rng: np.random.Generator) -> Task:
+        """Task ``index``: a generated puzzle (train), or the ``index mod N``-th held-out puzzle by rank (test)."""
+        cfg: Game24Config = self.config
+        if cfg.split == "test":
+            row = self._held_out[index % len(self._held_out)]
+            numbers, task_id = row.numbers, f"game24/test/{row.rank}"
+            extra: dict[str, Any] = {
+                "source": "tot/24.csv",
+                "rank": row.rank,
+                "human_solve_time_s": row.solve_time_s,
+                "human_solved_rate": row.solved_rate,
+            }
+        else:
+            ratio = (DEFAULT_UNSOLVABLE_RATIO if cfg.unsolvable_ratio is None else cfg.unsolvable_ratio) if cfg.allow_unsolvable else 0.0
+            numbers = sample_puzzle(self._pool, rng, ratio)
+            task_id = f"game24/train/{index}/{'-'.join(map(str, numbers))}"
+            extra = {"source": "game24/generator"}
+        return self._build_task(task_id, numbers, extra)
+
+    def _build_task(self, task_id: str, numbers: tuple[int, ...], extra: dict[str, Any]) -> Task:
+        cfg: Game24Config = self.config
+        analysis = analyse(numbers)
+        found = solutions(numbers) if analysis.solvable else ()
+        labels = {"num_solutions": len(found), "needs_fractions": analysis.needs_fractions, "solvable": analysis.solvable}
+        difficulty = extra["rank"] if cfg.split == "test" else _level(len(found), analysis.needs_fractions)
+        prompt = prompt_text(numbers, cfg.mode, cfg.style, cfg.answer_format, mention_unsolvable=cfg.allow_unsolvable)
+        metadata = {
+            **extra,
+            "split": cfg.split,
+            "mode": cfg.mode,
+            "numbers": numbers,
+            "target": TARGET,
+            "difficulty": difficulty,
+            **labels,
+        }
+        return Task(id=task_id, prompt=prompt, answer=found[0] if found else "no solution", metadata=metadata)
+
+    # ---------------------------------------------------------------------------------------------- grading
+    def verify(self, task: Task, completion: Completion) -> Verdict:
+        """Grade one completion; never raises for model output (an internal failure is an ungradeable verdict)."""
+        numbers = task.metadata.get("numbers")
+        if not numbers:
+            return Verdict.ungradeable(f"task {task.id!r} has no metadata['numbers']; it is not a Game24 task")
+        try:
+            if self.config.mode == "single":
+                return self._verify_single(task, completion.text)
+            return self._verify_steps(task, completion.text)
+        except Exception as err:  # noqa: BLE001 - a checker bug must not crash a training run; it is reported
+            return Verdict.ungradeable(f"internal error in the Game24 checker: {type(err).__name__}: {err}"[:300])
+
+    def _verify_single(self, task: Task, text: str) -> Verdict:
+        extracted = extract_answer(text, self.config.answer_format)
+        if extracted.answer is None:
+            return _verdict(0.0, False, None, extracted.reason, format_ok=False)
+        result = check_answer(extracted.answer, task.metadata["numbers"], bool(task.metadata.get("solvable", True)))
+        return _verdict(float(result.ok), result.ok, extracted.answer[:MAX_EXPR_CHARS], result.reason, extracted.format_ok)
+
+    def _verify_steps(self, task: Task, text: str) -> Verdict:
+        in_episode = self._grading_episode and task is self._task
+        numbers_left = self._numbers_left if in_episode else tuple(Fraction(n) for n in task.metadata["numbers"])
+        illegal = self._illegal if in_episode else 0
+        extracted = extract_answer(text, self.config.answer_format)
+        if extracted.answer is None:
+            outcome, reason = "illegal", extracted.reason
+        else:
+            outcome, reason, numbers_left = _run_steps(extracted.answer, numbers_left, task)
+        illegal += outcome == "illegal"
+        won = outcome in ("solved", "no_solution")
+        score = float(won) - self._penalty * illegal
+        correct = True if won else (None if outcome == "progress" else False)
+        if in_episode:
+            self._numbers_left, self._illegal, self._outcome = numbers_left, illegal, outcome
+        parsed = None if extracted.answer is None else extracted.answer[: 4 * MAX_EXPR_CHARS]
+        components = (
+            Component("solved", float(won), reason=reason),
+            Component("illegal_steps", -self._penalty * illegal, reason=f"{illegal} illegal step(s) so far"),
+        )
+        return Verdict(
+            score=score,
+            correct=correct,
+            parsed=parsed,
+            reason=reason,
+            components=components,
+            format_ok=extracted.format_ok,
+        )
+
+    def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
+        """Steps mode: the numbers left after a legal step, or why a step was illegal; ``None`` ends the episode."""
+        if self.config.mode != "steps" or self._outcome in ("dead_end", "wrong_claim"):
+            return None
+        legal = self._outcome == "progress"
+        return feedback_text(self.config.style, legal, verdict.reason, self._numbers_left, self._penalty)
+
+    # ------------------------------------------------------------------------------------------ episode hooks
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Prompt, dict]:
+        """Start an episode (see :class:`~lrmgym.core.TextEnv`); steps mode starts from the puzzle's numbers."""
+        prompt, info = super().reset(seed=seed, options=options)
+        numbers = info["task"].metadata.get("numbers")
+        if not numbers:
+            raise ValueError(
+                f"Game24Env cannot play task {info['task'].id!r}: its metadata has no 'numbers'. Pin a task made by "
+                "a Game24 env (env.task_at(i)) or add metadata={'numbers': (a, b, c, d), 'solvable': True}."
+            )
+        self._numbers_left = tuple(Fraction(n) for n in numbers)
+        self._illegal, self._outcome = 0, ""
+        return prompt, info
+
+    def step(self, action: Completion | str) -> tuple[Prompt, float, bool, bool, dict[str, Any]]:
+        """Grade one turn; in steps mode the completion is applied to the episode's current numbers."""
+        self._grading_episode = True
+        try:
+            obs, reward, terminated, truncated, info = super().step(action)
+        finally:
+            self._grading_episode = False
+        if self.config.mode == "steps":
+            info["numbers_left"] = [format_number(n) for n in self._numbers_left]
+        return obs, reward, terminated, truncated, info
+
+
+def _run_steps(
+    answer: str, numbers_left: tuple[Fraction, ...], task: Task
+) -> tuple[str, str, tuple[Fraction, ...]]:
+    """Apply the steps of one answer; returns (outcome, reason, numbers left).
+
+    Outcomes: ``progress`` (legal, numbers remain), ``solved``, ``illegal`` (the steps before the illegal one
+    stay applied), ``dead_end`` (one number left, not 24), ``no_solution`` (a right 'no solution' claim) and
+    ``wrong_claim`` (a 'no solution' claim on a solvable puzzle).
+    """
+    if answer.lower().rstrip(".").strip() in NO_SOLUTION_ANSWERS:
+        if task.metadata.get("solvable", True):
+            return "wrong_claim", "claimed no solution, but the puzzle is solvable", numbers_left
+        return "no_solution", "correct: the puzzle has no solution", numbers_left
+    if len(answer) > MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS:
+        return "illegal", f"too long: {len(answer)} characters", numbers_left
+    texts = [t for t in _STEP_SPLIT.split(answer) if t.strip()]
+    if not texts:
+        return "illegal", "empty step: write a step like '8 / 3 = 8/3'", numbers_left
+    if len(texts) > MAX_STEPS_PER_ANSWER:
+        return "illegal", f"{len(texts)} steps in one answer, the limit is {MAX_STEPS_PER_ANSWER}", numbers_left
+    done = []
+    for text in texts:
+        if len(numbers_left) < 2:
+            return "illegal", f"no numbers left to combine after {'; '.join(done)}", numbers_left
+        try:
+            step = parse_step(text)
+            numbers_left = apply_step(numbers_left, step)
+        except CheckError as err:
+            return "illegal", str(err), numbers_left
+        done.append(str(step))
+    summary = "; ".join(done)
+    if len(numbers_left) > 1:
+        return "progress", summary, numbers_left
+    if numbers_left[0] == TARGET:
+        return "solved", f"solved: {summary}", numbers_left
+    return "dead_end", f"dead end: {summary} leaves {format_number(numbers_left[0])}, not {TARGET}", numbers_left
+
+
+def _verdict(score: float, correct: bool, parsed: str | None, reason: str, format_ok: bool) -> Verdict:
+    return Verdict(
+        score=score,
+        correct=correct,
+        parsed=parsed,
+        reason=reason,
+        components=(Component("accuracy", score, reason=reason),),
+        format_ok=format_ok,
+    )
+
+
+def _level(num_solutions: int, needs_fractions: bool) -> str:
+    """Difficulty label of a generated puzzle from the solver.
+
+    On the 1 362 held-out puzzles, puzzles with one distinct solution have a median human rank of 882, two
+    solutions 811, three or four 659, five or more about 340 (Spearman rho of count vs rank: -0.39).
+    """
+    if num_solutions == 0:
+        return "unsolvable"
+    if num_solutions == 1 or needs_fractions:
+        return "hard"
+    return "medium" if num_solutions <= 4 else "easy"
