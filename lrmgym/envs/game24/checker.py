@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from lrmgym.envs.game24.solver import TARGET, format_number
+from lrmgym.envs.game24.solver import TARGET, format_number, format_operand
 
 __all__ = [
     "MAX_DEPTH",
@@ -104,13 +104,7 @@ class Step:
     result: Fraction
 
     def __str__(self) -> str:
-        return f"{_operand(self.left)} {self.op} {_operand(self.right)} = {format_number(self.result)}"
-
-
-def _operand(value: Fraction) -> str:
-    """A step operand as written back: fractions and negatives in parentheses, so the step re-parses the same."""
-    text = format_number(value)
-    return text if value.denominator == 1 and value >= 0 else f"({text})"
+        return f"{format_operand(self.left)} {self.op} {format_operand(self.right)} = {format_number(self.result)}"
 
 
 # ------------------------------------------------------------------------------------------------- parsing

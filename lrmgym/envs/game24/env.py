@@ -32,8 +32,9 @@ from lrmgym.envs.game24.checker import (
     parse_step,
 )
 from lrmgym.envs.game24.data import HeldOutPuzzle, PuzzlePool, load_held_out, puzzle_pool, sample_puzzle
-from lrmgym.envs.game24.prompts import extract_answer, feedback_text, prompt_text
+from lrmgym.envs.game24.prompts import feedback_text, prompt_text
 from lrmgym.envs.game24.solver import TARGET, analyse, format_number, solutions
+from lrmgym.envs.math.extract import extract_answer
 
 __all__ = ["Game24Config", "Game24Env"]
 
@@ -56,8 +57,14 @@ class Game24Config(BaseModel):
     """'train': seeded generator; 'test': the 1 362 ToT puzzles of 24.csv in rank order (held out)."""
     style: Literal["compact", "instruct"] = "instruct"
     """'compact': very short prompts ('Q:24 from 4 7 8 8. A:') for the tiny model; 'instruct': full rules for LLMs."""
-    answer_format: Literal["r1", "plain"] = "r1"
-    """'r1': <think>…</think><answer>…</answer>; 'plain': the last line, optionally 'Answer: …'. Both strict."""
+    template: Literal["r1", "boxed", "plain"] = "r1"
+    """Answer format asked for and checked strictly, as in the math env: 'r1' (<think>…</think><answer>…</answer>),
+    'boxed' (one \\boxed{…}) or 'plain' (a last line 'Answer: …'). A missing or doubled answer is a format failure."""
+    chat: bool = False
+    """Give prompts as chat messages ([{'role': 'user', ...}]) instead of raw text (feedback stays text)."""
+    order: Literal["sequential", "random"] | None = None
+    """Test split only: task i is puzzle i mod N by rank ('sequential', the default, for evaluation over the whole
+    set) or a random puzzle of the stream ('random')."""
     allow_unsolvable: bool = False
     """Train split only: also generate unsolvable puzzles, whose right answer is 'no solution'."""
     unsolvable_ratio: float | None = Field(None, ge=0.0, le=1.0)
@@ -78,6 +85,8 @@ class Game24Config(BaseModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Game24Config:
+        if self.order is not None and self.split != "test":
+            raise ValueError(f"order={self.order!r} applies to split='test' only; remove it or set split='test'.")
         steps_only = {"step_penalty": self.step_penalty, "max_turns": self.max_turns}
         for name, value in steps_only.items():
             if value is not None and self.mode != "steps":
@@ -174,7 +183,8 @@ class Game24Env(TextEnv):
         """Task ``index``: a generated puzzle (train), or the ``index mod N``-th held-out puzzle by rank (test)."""
         cfg: Game24Config = self.config
         if cfg.split == "test":
-            row = self._held_out[index % len(self._held_out)]
+            position = int(rng.integers(len(self._held_out))) if cfg.order == "random" else index % len(self._held_out)
+            row = self._held_out[position]
             numbers, task_id = row.numbers, f"game24/test/{row.rank}"
             extra: dict[str, Any] = {
                 "source": "tot/24.csv",
@@ -195,7 +205,8 @@ class Game24Env(TextEnv):
         found = solutions(numbers) if analysis.solvable else ()
         labels = {"num_solutions": len(found), "needs_fractions": analysis.needs_fractions, "solvable": analysis.solvable}
         difficulty = extra["rank"] if cfg.split == "test" else _level(len(found), analysis.needs_fractions)
-        prompt = prompt_text(numbers, cfg.mode, cfg.style, cfg.answer_format, mention_unsolvable=cfg.allow_unsolvable)
+        text = prompt_text(numbers, cfg.mode, cfg.style, cfg.template, mention_unsolvable=cfg.allow_unsolvable)
+        prompt: Prompt = [{"role": "user", "content": text}] if cfg.chat else text
         metadata = {
             **extra,
             "split": cfg.split,
@@ -221,17 +232,17 @@ class Game24Env(TextEnv):
             return Verdict.ungradeable(f"internal error in the Game24 checker: {type(err).__name__}: {err}"[:300])
 
     def _verify_single(self, task: Task, text: str) -> Verdict:
-        extracted = extract_answer(text, self.config.answer_format)
+        extracted = extract_answer(text, self.config.template)
         if extracted.answer is None:
             return _verdict(0.0, False, None, extracted.reason, format_ok=False)
         result = check_answer(extracted.answer, task.metadata["numbers"], bool(task.metadata.get("solvable", True)))
-        return _verdict(float(result.ok), result.ok, extracted.answer[:MAX_EXPR_CHARS], result.reason, extracted.format_ok)
+        return _verdict(float(result.ok), result.ok, extracted.answer[:MAX_EXPR_CHARS], result.reason, format_ok=True)
 
     def _verify_steps(self, task: Task, text: str) -> Verdict:
         in_episode = self._grading_episode and task is self._task
         numbers_left = self._numbers_left if in_episode else tuple(Fraction(n) for n in task.metadata["numbers"])
         illegal = self._illegal if in_episode else 0
-        extracted = extract_answer(text, self.config.answer_format)
+        extracted = extract_answer(text, self.config.template)
         if extracted.answer is None:
             outcome, reason = "illegal", extracted.reason
         else:
@@ -253,7 +264,7 @@ class Game24Env(TextEnv):
             parsed=parsed,
             reason=reason,
             components=components,
-            format_ok=extracted.format_ok,
+            format_ok=extracted.ok,
         )
 
     def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:

@@ -32,9 +32,11 @@ __all__ = [
     "Analysis",
     "analyse",
     "format_number",
+    "format_operand",
     "reachable",
     "solutions",
     "solvable",
+    "step_solution",
 ]
 
 TARGET = 24
@@ -303,3 +305,41 @@ def format_number(value: Number) -> str:
     """``8`` for integers, ``8/3`` for fractions, ``-5`` for negatives: the notation of step mode."""
     value = Fraction(value)
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def step_solution(numbers: Sequence[int], target: int = TARGET) -> tuple[str, ...] | None:
+    """One solution as the steps of step mode (``("8 / 3 = 8/3", "3 - 8/3 = 1/3", "8 / (1/3) = 24")``), or ``None``.
+
+    A depth-first search over pairs of the remaining numbers; fine for the game's four numbers (at most a few
+    thousand partial states), not meant for large multisets.
+    """
+    if not solvable(numbers, target):
+        return None
+    found = _step_search(tuple(Fraction(n) for n in numbers), Fraction(target))
+    return None if found is None else tuple(found)
+
+
+def format_operand(value: Number) -> str:
+    """A step operand: like :func:`format_number`, but fractions and negatives in parentheses (``(8/3)``, ``(-5)``),
+    so that a written step re-parses to the same operands."""
+    value = Fraction(value)
+    text = format_number(value)
+    return text if value.denominator == 1 and value >= 0 else f"({text})"
+
+
+def _step_search(pool: tuple[Fraction, ...], target: Fraction) -> list[str] | None:
+    if len(pool) == 1:
+        return [] if pool[0] == target else None
+    for i in range(len(pool)):
+        for j in range(len(pool)):
+            if i == j:
+                continue
+            rest = tuple(v for k, v in enumerate(pool) if k not in (i, j))
+            for op in ("+", "-", "*", "/"):
+                value = _apply_value(op, pool[i], pool[j])
+                if value is None:
+                    continue
+                tail = _step_search((*rest, value), target)
+                if tail is not None:
+                    return [f"{format_operand(pool[i])} {op} {format_operand(pool[j])} = {format_number(value)}", *tail]
+    return None
