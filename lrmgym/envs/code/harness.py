@@ -1,0 +1,654 @@
+"""The in-sandbox test harness: runs untrusted candidate code in one process and grades it from another.
+
+This file is executed inside the sandbox as ``python -I -S -c <this source>``; it must stay standard-library
+only and must not import :mod:`lrmgym`. The trusted parent (:mod:`lrmgym.envs.code.sandbox`) reads its text.
+
+Why two processes (hand-written, because no library offers this split): when the unit tests run in the
+same interpreter as the candidate's code, the candidate can forge a pass (``sys.exit(0)`` before the tests,
+an object whose ``__eq__`` is always true, rebinding builtins, monkeypatching the harness, or reading a
+secret from memory). Here the harness process ``H`` never executes candidate code:
+
+1. ``H`` reads the first message (the candidate program) from stdin, forks the candidate process ``C``,
+   and only then reads the second message (the tests), so ``C``'s memory never held the tests.
+2. ``C`` closes stdin and the result channel (``H``'s stdout), sends its stdout/stderr into a capped pipe,
+   executes the program, and then serves remote calls: ``H`` calls the candidate's functions over a pipe and
+   receives **plain data only** (``marshal`` of builtin types, validated), or opaque handles for other objects.
+3. ``H`` evaluates every ``assert`` itself with its own builtins, so comparisons run on values ``H`` built.
+   ``H`` is made non-dumpable, so ``C`` (same uid, no capabilities) can neither ptrace it nor open
+   ``/proc/<H>/fd/1`` or ``/proc/<H>/mem``. Killing ``H`` yields no result, which the parent scores 0.
+4. ``H`` writes the only result line, after the tests ran, to its stdout, which ``C`` does not hold.
+
+Wire format from the parent: two frames, each an 8-byte big-endian length then UTF-8 JSON.
+Frame 1: ``{"code", "mode": "call"|"stdio", "deadline_s", "out_cap", "limits": {name: value}}``.
+Frame 2: ``{"units": [{"src", "test"}...], "prelude", "bind": {name: remote name}, "cases": [{"stdin", "stdout"}]}``.
+Result (stdout): ``LRMGYM-RESULT <json>`` with ``status``, ``passed``, ``total``, per-test ``results`` and
+the candidate's captured ``output`` (truncated).
+"""
+
+import builtins
+import json
+import marshal
+import os
+import select
+import signal
+import sys
+import time
+
+_REF, _ITER, _FRAC, _DEC = "\x00lrm-ref", "\x00lrm-iter", "\x00lrm-frac", "\x00lrm-dec"
+_RANGE, _MOD, _BUILTIN = "\x00lrm-range", "\x00lrm-mod", "\x00lrm-builtin"
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+_MAX_MSG = 32 << 20  # largest reply H accepts from C
+_MAX_ITEMS = 1_000_000  # most values H decodes from one reply
+_ITER_CAP = 100_000  # most items C materializes from an iterator result
+_ERR_TAIL = 300  # characters kept from an error message
+
+
+# ------------------------------------------------------------------------------------------------- framing
+def _read_exact(fd, n):
+    """Read exactly ``n`` bytes from ``fd`` (unbuffered, so nothing past the frame is consumed)."""
+    chunks, left = [], n
+    while left:
+        b = os.read(fd, left)
+        if not b:
+            raise EOFError("stream closed")
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def _read_frame(fd):
+    return json.loads(_read_exact(fd, int.from_bytes(_read_exact(fd, 8), "big")))
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _send(fd, obj):
+    data = marshal.dumps(obj)
+    _write_all(fd, len(data).to_bytes(8, "big") + data)
+
+
+# ------------------------------------------------------------------------------------------------- C side
+def _c_encode(v, refs, depth=0):
+    """Candidate side: turn a value into plain marshal-able data; other objects become handles."""
+    if depth > 200:
+        raise ValueError("value nested too deeply")
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t in (list, tuple, set, frozenset):
+        return t(_c_encode(x, refs, depth + 1) for x in v)
+    if t is dict:
+        return {_c_encode(k, refs, depth + 1): _c_encode(x, refs, depth + 1) for k, x in v.items()}
+    for base in _SCALARS[1:] + _CONTAINERS:
+        if isinstance(v, base):  # a subclass (namedtuple, Counter, IntEnum...): send the base value
+            return _c_encode(base(v), refs, depth)
+    name = t.__module__ + "." + t.__qualname__
+    if name == "fractions.Fraction":
+        return (_FRAC, v.numerator, v.denominator)
+    if name == "decimal.Decimal":
+        return (_DEC, str(v))
+    if t is range:
+        return (_RANGE, v.start, v.stop, v.step)
+    if t is type(sys):
+        return (_MOD, v.__name__)
+    if hasattr(t, "__next__") and hasattr(t, "__iter__"):  # generator, map, zip...: materialize
+        items = []
+        for x in v:
+            if len(items) >= _ITER_CAP:
+                raise ValueError("iterator result longer than %d items" % _ITER_CAP)
+            items.append(_c_encode(x, refs, depth + 1))
+        return (_ITER, items)
+    refs.append(v)
+    return (_REF, len(refs) - 1)
+
+
+def _c_decode(v, refs):
+    t = type(v)
+    if t is tuple and len(v) == 2 and v[0] == _REF:
+        return refs[v[1]]
+    if t is tuple and len(v) == 2 and v[0] == _BUILTIN:
+        return getattr(builtins, v[1])
+    if t in (list, tuple, set, frozenset):
+        return t(_c_decode(x, refs) for x in v)
+    if t is dict:
+        return {_c_decode(k, refs): _c_decode(x, refs) for k, x in v.items()}
+    return v
+
+
+def _candidate(job, rpc_in, rpc_out, out_w):
+    """Body of process C: run the candidate program, then serve H's remote calls. Never returns."""
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    keep = {0, 1, 2, rpc_in, rpc_out}
+    for fd in range(3, 256):
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    sys.stdin = open(0, "r", closefd=False)
+    refs = []
+    ns = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        exec(compile(job["code"], "solution.py", "exec"), ns)
+        names = {k: ("data", _c_encode(v, refs)) for k, v in ns.items() if not k.startswith("__")}
+        _send(rpc_out, ("ready", names))
+    except BaseException as exc:  # noqa: BLE001 - report any failure of untrusted code, SystemExit included
+        try:
+            sys.stdout.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+        _send(rpc_out, ("dead", type(exc).__name__, str(exc)[:_ERR_TAIL]))
+        os._exit(0)
+    while True:
+        try:
+            req = marshal.loads(_read_exact(rpc_in, int.from_bytes(_read_exact(rpc_in, 8), "big")))
+        except EOFError:
+            os._exit(0)
+        try:
+            op, target = req[0], refs[req[1]]
+            if op == "call":
+                out = target(*_c_decode(req[2], refs), **_c_decode(req[3], refs))
+            elif op == "getattr":
+                out = getattr(target, req[2])
+            elif op == "setattr":
+                setattr(target, req[2], _c_decode(req[3], refs))
+                out = None
+            else:
+                raise ValueError("unknown op")
+            reply = ("ok", _c_encode(out, refs))
+        except BaseException as exc:  # noqa: BLE001 - SystemExit inside a call is a failed call, not an exit
+            reply = ("exc", type(exc).__name__, str(exc)[:_ERR_TAIL])
+        try:
+            sys.stdout.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+        _send(rpc_out, reply)
+
+
+# ------------------------------------------------------------------------------------------------- H side
+class CandidateError(Exception):
+    """An exception raised by candidate code whose type is not a builtin exception."""
+
+
+class Harness:
+    """Process H: owns the result channel, talks to C, evaluates the tests."""
+
+    def __init__(self, job):
+        self.job = job
+        self.deadline = time.monotonic() + float(job["deadline_s"])
+        self.out_cap = int(job["out_cap"])
+        self.output = bytearray()
+        self.output_bytes = 0
+        self.status = "ok"
+        self.pid = None
+
+    # -- process C
+    def spawn(self, stdin_data=None):
+        rpc_req_r, rpc_req_w = os.pipe()
+        rpc_rep_r, rpc_rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin_data is not None else (None, None)
+        pid = os.fork()
+        if pid == 0:  # C
+            try:
+                os.setsid()  # C's own process group: H kills it as a group
+                if in_r is not None:
+                    os.dup2(in_r, 0)
+                    os.close(in_r)
+                for fd in (rpc_req_w, rpc_rep_r, out_r, in_w):
+                    if fd is not None:
+                        os.close(fd)
+                if in_r is not None:
+                    sys.stdin = open(0, "r", closefd=False)
+                    _candidate_stdio(self.job, out_w)
+                _candidate(self.job, rpc_req_r, rpc_rep_w, out_w)
+            finally:
+                os._exit(1)
+        for fd in (rpc_req_r, rpc_rep_w, out_w, in_r):
+            if fd is not None:
+                os.close(fd)
+        self.pid, self.req_w, self.rep_r, self.out_r = pid, rpc_req_w, rpc_rep_r, out_r
+        if in_w is not None:
+            self._feed_stdin(in_w, stdin_data.encode("utf-8", "surrogatepass"))
+
+    def _feed_stdin(self, fd, data):
+        os.set_blocking(fd, False)
+        self._stdin_fd, self._stdin_left = fd, memoryview(data)
+        self._pump_stdin()
+
+    def _pump_stdin(self):
+        fd = getattr(self, "_stdin_fd", None)
+        if fd is None:
+            return
+        try:
+            while self._stdin_left:
+                self._stdin_left = self._stdin_left[os.write(fd, self._stdin_left) :]
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        os.close(fd)
+        self._stdin_fd = None
+
+    def kill(self):
+        if self.pid is None:
+            return
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        for fd in (self.req_w, self.rep_r, self.out_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.pid = None
+
+    def _drain_output(self):
+        try:
+            b = os.read(self.out_r, 1 << 16)
+        except OSError:
+            b = b""
+        if b:
+            self.output_bytes += len(b)
+            room = self.out_cap - len(self.output)
+            if room > 0:
+                self.output += b[:room]
+            if self.output_bytes > self.out_cap:
+                raise _Abort("output_limit")
+        return b
+
+    def recv(self):
+        """Wait for one reply frame from C, draining its output; raise _Abort on deadline or cap."""
+        buf = bytearray()
+        need = 8
+        header = True
+        while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise _Abort("timeout")
+            fds = [self.rep_r, self.out_r]
+            wfds = [self._stdin_fd] if getattr(self, "_stdin_fd", None) is not None else []
+            r, w, _ = select.select(fds, wfds, [], left)
+            if w:
+                self._pump_stdin()
+            if self.out_r in r:
+                self._drain_output()
+            if self.rep_r in r:
+                b = os.read(self.rep_r, need - len(buf))
+                if not b:
+                    raise _Abort("crash")
+                buf += b
+                if len(buf) == need:
+                    if header:
+                        need = int.from_bytes(buf, "big")
+                        if need > _MAX_MSG:
+                            raise _Abort("protocol")
+                        header, buf = False, bytearray()
+                        if need == 0:
+                            return _h_validate(marshal.loads(b""))
+                    else:
+                        try:
+                            return _h_validate(marshal.loads(bytes(buf)))
+                        except (ValueError, EOFError, TypeError):
+                            raise _Abort("protocol") from None
+
+    def wait_exit(self):
+        """stdio mode: wait for C to exit, collecting its output; returns the captured bytes."""
+        while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise _Abort("timeout")
+            wfds = [self._stdin_fd] if getattr(self, "_stdin_fd", None) is not None else []
+            r, w, _ = select.select([self.out_r], wfds, [], left)
+            if w:
+                self._pump_stdin()
+            if r and not self._drain_output():
+                return
+
+    # -- remote objects
+    def call(self, op, ref, *args):
+        if self.pid is None:
+            raise CandidateError("the candidate process is gone")
+        try:
+            message = (op, ref) + tuple(_h_encode(a) for a in args)
+            marshal.dumps(message)
+        except ValueError:
+            raise TypeError("argument cannot be sent to the candidate (only plain data and its own objects)") from None
+        try:
+            _send(self.req_w, message)
+        except OSError:
+            raise _Abort("crash") from None
+        reply = self.recv()
+        if reply[0] == "ok":
+            return _h_decode(reply[1], self)
+        if reply[0] == "exc":
+            raise _exception(reply[1], reply[2])
+        raise _Abort("protocol")
+
+
+class _Abort(Exception):
+    """H stops talking to C: timeout, output cap, crash or protocol violation."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+class Remote:
+    """H's handle on an object living in C. Comparisons are by identity: C's ``__eq__`` is never consulted."""
+
+    __slots__ = ("_h", "_ref", "_label")
+
+    def __init__(self, h, ref, label):
+        object.__setattr__(self, "_h", h)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_label", label)
+
+    def __call__(self, *args, **kwargs):
+        return self._h.call("call", self._ref, list(args), kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._h.call("getattr", self._ref, name)
+
+    def __setattr__(self, name, value):
+        self._h.call("setattr", self._ref, name, value)
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        return "<candidate object %s>" % self._label
+
+
+def _exception(name, msg):
+    """Rebuild the candidate's exception in H: a builtin exception type by name, else CandidateError."""
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception) and cls is not AssertionError:
+        try:
+            return cls(msg)
+        except Exception:  # noqa: BLE001 - exotic constructor signatures (UnicodeDecodeError...)
+            pass
+    return CandidateError("%s: %s" % (name, msg))
+
+
+def _h_validate(v):
+    """Check that a reply decoded by marshal holds only builtin data (no code objects), within size caps."""
+    count = [0]
+
+    def walk(x, depth):
+        count[0] += 1
+        if count[0] > _MAX_ITEMS or depth > 500:
+            raise _Abort("protocol")
+        t = type(x)
+        if t in _SCALARS:
+            return
+        if t in (list, tuple, set, frozenset):
+            for y in x:
+                walk(y, depth + 1)
+            return
+        if t is dict:
+            for k, y in x.items():
+                walk(k, depth + 1)
+                walk(y, depth + 1)
+            return
+        raise _Abort("protocol")
+
+    walk(v, 0)
+    return v
+
+
+def _h_encode(v):
+    t = type(v)
+    if t is Remote:
+        return (_REF, v._ref)
+    if t in (list, tuple, set, frozenset):
+        return t(_h_encode(x) for x in v)
+    if t is dict:
+        return {_h_encode(k): _h_encode(x) for k, x in v.items()}
+    if t is range:
+        return (_RANGE, v.start, v.stop, v.step)
+    name = getattr(v, "__name__", None)
+    if type(name) is str and getattr(builtins, name, None) is v and t not in _SCALARS:
+        return (_BUILTIN, name)  # a builtin type or function passed as an argument (MBPP 533 passes `int`)
+    return v
+
+
+def _h_decode(v, h):
+    t = type(v)
+    if t is tuple and len(v) >= 2 and type(v[0]) is str and v[0].startswith("\x00lrm-"):
+        tag = v[0]
+        if tag == _REF and len(v) == 2 and type(v[1]) is int:
+            return Remote(h, v[1], "#%d" % v[1])
+        if tag == _ITER and len(v) == 2 and type(v[1]) is list:
+            return iter([_h_decode(x, h) for x in v[1]])
+        if tag == _FRAC and len(v) == 3 and type(v[1]) is int and type(v[2]) is int and v[2] != 0:
+            import fractions
+
+            return fractions.Fraction(v[1], v[2])
+        if tag == _DEC and len(v) == 2 and type(v[1]) is str and len(v[1]) < 5000:
+            import decimal
+
+            return decimal.Decimal(v[1])
+        if tag == _MOD and len(v) == 2 and type(v[1]) is str:
+            # A module the solution imported: the tests get H's own copy of a standard-library module only.
+            if v[1].partition(".")[0] in sys.stdlib_module_names:
+                import importlib
+
+                return importlib.import_module(v[1])
+            return _Missing(v[1])
+        if tag == _RANGE and len(v) == 4 and all(type(x) is int for x in v[1:]) and v[3] != 0:
+            return range(v[1], v[2], v[3])
+        raise _Abort("protocol")
+    if t in (list, tuple, set, frozenset):
+        return t(_h_decode(x, h) for x in v)
+    if t is dict:
+        return {_h_decode(k, h): _h_decode(x, h) for k, x in v.items()}
+    return v
+
+
+def _candidate_stdio(job, out_w):
+    """Body of C in stdio mode: run the program as ``__main__`` with the case's stdin. Never returns."""
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    for fd in range(3, 256):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    sys.stdout = open(1, "w", buffering=1 << 16, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    code = 0
+    try:
+        exec(compile(job["code"], "solution.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - untrusted code
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    try:
+        sys.stdout.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+    os._exit(code)
+
+
+def _normalize(text):
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
+
+
+class _Missing:
+    """Stands for a name the tests expect but the candidate did not define; any use fails the test."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        raise NameError("name %r is not defined by the solution" % self.name)
+
+    def __getattr__(self, attr):
+        raise NameError("name %r is not defined by the solution" % self.name)
+
+
+def _run_stdio_mode(h, tests, results):
+    for case in tests["cases"]:
+        h.spawn(stdin_data=case["stdin"])
+        start = len(h.output)
+        h.wait_exit()
+        got = bytes(h.output[start:]).decode("utf-8", "replace")
+        h.kill()
+        ok = _normalize(got) == _normalize(case["stdout"])
+        results.append([ok, "" if ok else "wrong output"])
+
+
+def _set_limits(limits):
+    import resource
+
+    for name, value in limits.items():
+        res = getattr(resource, "RLIMIT_" + name.upper())
+        soft, hard = resource.getrlimit(res)
+        value = int(value)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(res, (value, value))
+
+
+def _non_dumpable():
+    """PR_SET_DUMPABLE 0: same-uid processes can no longer ptrace H or open its /proc files."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def main():
+    out = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nothing else in H prints on the result channel by accident
+    _non_dumpable()
+    out.write("LRMGYM-HARNESS-START\n")
+    out.flush()
+    job = _read_frame(0)
+    _set_limits(job.get("limits", {}))
+    h = Harness(job)
+    results = []
+    h.error = ""
+    tests = None
+    try:
+        if job["mode"] == "call":
+            # Fork C before reading the tests, so C's copy of memory never contains them.
+            h.spawn()
+            tests = _read_frame(0)
+            _run_call_mode(h, tests, results)
+        else:
+            tests = _read_frame(0)
+            _run_stdio_mode(h, tests, results)
+    except _Abort as abort:
+        h.status = abort.status
+    finally:
+        h.kill()
+    if tests is None:
+        total = 0
+    elif job["mode"] == "call":
+        total = sum(1 for u in tests["units"] if u["test"])
+    else:
+        total = len(tests["cases"])
+    while len(results) < total:
+        results.append([False, "not run (%s)" % h.status])
+    passed = sum(1 for ok, _ in results if ok)
+    report = {
+        "status": h.status,
+        "passed": passed,
+        "total": total,
+        "results": results,
+        "error": h.error,
+        "output": bytes(h.output).decode("utf-8", "replace"),
+        "output_bytes": h.output_bytes,
+    }
+    out.write("LRMGYM-RESULT " + json.dumps(report) + "\n")
+    out.flush()
+
+
+def _run_call_mode(h, tests, results):
+    first = h.recv()
+    if first[0] == "dead":
+        h.status = "error"
+        h.error = "%s: %s" % (first[1], first[2])
+        return
+    if first[0] != "ready" or type(first[1]) is not dict:
+        raise _Abort("protocol")
+    _bind_and_run(h, first[1], tests, results)
+
+
+def _bind_and_run(h, names, tests, results):
+    ns = {"__name__": "__tests__", "__builtins__": builtins}
+    for name, entry in names.items():
+        if type(name) is not str or type(entry) is not tuple or len(entry) != 2 or entry[0] != "data":
+            raise _Abort("protocol")
+        value = _h_decode(entry[1], h)
+        if type(value) is Remote:
+            object.__setattr__(value, "_label", name)
+        ns[name] = value
+    for alias, name in tests.get("bind", {}).items():
+        ns[alias] = ns.get(name, _Missing(name))
+    broken = None
+    if tests.get("prelude"):
+        try:
+            exec(compile(tests["prelude"], "tests_prelude.py", "exec"), ns)
+        except _Abort:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - setup that calls candidate code may fail
+            broken = "setup failed: %s: %s" % (type(exc).__name__, str(exc)[:_ERR_TAIL])
+    for unit in tests["units"]:
+        if broken is not None:
+            if unit["test"]:
+                results.append([False, broken])
+            continue
+        try:
+            exec(compile(unit["src"], "tests.py", "exec"), ns)
+            if unit["test"]:
+                results.append([True, ""])
+        except _Abort:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a test failing in any way is a failed test
+            msg = "%s: %s" % (type(exc).__name__, str(exc)[:_ERR_TAIL])
+            if unit["test"]:
+                results.append([False, msg])
+            else:
+                broken = "setup failed: " + msg
+
+
+if __name__ == "__main__":
+    main()
