@@ -1,0 +1,124 @@
+"""Crash safety: a run killed mid-way and resumed has one metrics line per step and matches an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from learner_helpers import TEST_ENV_ID, register_test_env, run_config, save_tiny_hf
+
+from lrmgym.learners.grpo import GRPOConfig, GRPOTrainer
+
+register_test_env()
+HERE = Path(__file__).resolve().parent
+VOLATILE = ("time/", "tokens_per_s")
+
+
+def _learner(steps: int = 5) -> GRPOConfig:
+    return GRPOConfig(
+        steps=steps, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False,
+        checkpoint_every=2, progress=False, lr=3e-3, torch_threads=1,
+    )  # fmt: skip
+
+
+def _stable(path: Path) -> list[dict]:
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return [{k: v for k, v in m.items() if not k.startswith(VOLATILE)} for m in lines]
+
+
+def test_resume_after_crash_matches_uninterrupted(tmp_path, monkeypatch):
+    cfg = run_config(_learner())
+    cfg.learner.run(cfg, tmp_path / "a", resume=False)
+
+    original = GRPOTrainer.train_step
+
+    def crash_after_step_3(self):
+        out = original(self)
+        if self.step == 3:  # metrics line 3 is written, the last checkpoint is step 2
+            raise RuntimeError("simulated crash")
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "train_step", crash_after_step_3)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        cfg.learner.run(cfg, tmp_path / "b", resume=False)
+    assert [m["step"] for m in _stable(tmp_path / "b" / "metrics.jsonl")] == [1, 2, 3]
+    monkeypatch.setattr(GRPOTrainer, "train_step", original)
+    cfg.learner.run(cfg, tmp_path / "b", resume=True)
+    a, b = _stable(tmp_path / "a" / "metrics.jsonl"), _stable(tmp_path / "b" / "metrics.jsonl")
+    assert [m["step"] for m in b] == [1, 2, 3, 4, 5]
+    assert a[-1]["reward/mean"] != a[0]["reward/mean"]  # the runs really trained
+    assert b == a  # same seed, same sampling seeds per step, restored RNG and optimizer: identical
+
+
+def test_resume_without_checkpoint_starts_over(tmp_path):
+    run_dir = tmp_path / "r"
+    (run_dir).mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "x": 1}\n{"step": 2, "x"')  # torn line from a crash
+    cfg = run_config(_learner(steps=2))
+    cfg.learner.run(cfg, run_dir, resume=True)
+    assert [m["step"] for m in _stable(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+# A wrapper around the real CLI entry point that first registers the test env (the subprocess cannot see
+# envs registered in this process). Everything else is `lrmgym run`.
+_CLI = (
+    "import sys; sys.path.insert(0, {here!r}); import learner_helpers; learner_helpers.register_test_env(); "
+    "from lrmgym.cli.main import main; sys.argv = ['lrmgym', *sys.argv[1:]]; main()"
+)
+
+
+def _write_run_dir(run_dir: Path, model_dir: Path, steps: int) -> None:
+    cfg = {
+        "env": {"id": TEST_ENV_ID},
+        "policy": {"kind": "hf", "model": str(model_dir), "device": "cpu"},
+        "learner": {"kind": "grpo", **_learner(steps).model_dump(mode="json", exclude={"kind"})},
+        "eval": {"tasks": 4, "n": 1, "max_new_tokens": 8, "split": None},
+        "run": {"seed": 3, "output_dir": str(run_dir.parent), "name": run_dir.name},
+    }
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", _CLI.format(here=str(HERE)), *args]
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_sigkill_mid_run_then_resume(tmp_path):
+    model = save_tiny_hf(tmp_path / "model", seed=1)
+    steps = 9
+    for name in ("killed", "clean"):
+        _write_run_dir(tmp_path / name, model, steps)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    clean = subprocess.run(_cli("run", "--resume", str(tmp_path / "clean")), env=env, capture_output=True, timeout=240)
+    assert clean.returncode == 0, clean.stderr.decode()[-2000:]
+
+    killed_dir = tmp_path / "killed"
+    metrics = killed_dir / "metrics.jsonl"
+    proc = subprocess.Popen(_cli("run", "--resume", str(killed_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while _lines(metrics) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    before_resume = _lines(metrics)
+    assert 5 <= before_resume < steps
+
+    resumed = subprocess.run(_cli("run", "--resume", str(killed_dir)), env=env, capture_output=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    got, want = _stable(metrics), _stable(tmp_path / "clean" / "metrics.jsonl")
+    assert [m["step"] for m in got] == list(range(1, steps + 1))  # none missing, none repeated
+    assert got == want
+    assert json.loads((killed_dir / "summary.json").read_text())["status"] == "finished"
