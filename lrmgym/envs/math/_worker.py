@@ -5,7 +5,8 @@ separate process so that the parent can SIGKILL it when a comparison hangs in C 
 ``str()`` of a sympy tower, math-verify issue #65), which no in-process timer can interrupt.
 
 Protocol (one JSON object per line):
-    parent -> worker on stdin: ``{"gold": str, "pred": str, "budget": float}``
+    parent -> worker on stdin: ``{"gold": str, "pred": str, "budget": float}`` (plus ``"stall": seconds``
+    in tests, to stand for C code that no timer interrupts)
     worker -> parent on a private copy of its original stdout: ``{"status": ..., "equal": bool}``
     where ``status`` is ``"ok"``, ``"gold_unparsed"``, ``"pred_unparsed"``, ``"timeout"`` or ``"error"``.
 
@@ -17,6 +18,7 @@ whose ``str()`` alone can hang.
 from __future__ import annotations
 
 import json
+import re
 import os
 import resource
 import signal
@@ -58,8 +60,19 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
-def _wrap(answer: str) -> str:
-    """Give math-verify an anchor: bare LaTeX such as ``\\frac12`` is not found without one."""
+_IMAGINARY_RE = re.compile(r"(?<=\d)i\b")
+
+
+def _prepare(answer: str) -> str:
+    """Spell what math-verify reads inconsistently in one way, then give it an anchor.
+
+    - ``\\$`` is dropped: math-verify cannot parse ``\\boxed{\\$32,\\!348}`` at all.
+    - ``5i`` becomes ``5 i``: math-verify treats ``i`` as the imaginary unit only when it stands alone
+      (``6 - 5 i``), so ``6-5i`` and ``6 - 5 i`` would otherwise be different things.
+    - Bare LaTeX such as ``\\frac12`` is not found without an anchor, so it is wrapped in ``\\boxed{}``
+      (or ``$...$`` when its braces do not balance).
+    """
+    answer = _IMAGINARY_RE.sub(" i", answer.replace("\\$", ""))
     if any(marker in answer for marker in ("$", "\\boxed", "\\[", "\\(", "\\fbox")):
         return answer
     depth = 0
@@ -83,7 +96,7 @@ class _Checker:
     def _parse_gold(self, gold: str) -> Any:
         parsed = self._gold_memo.get(gold)
         if parsed is None:
-            parsed = self._parse(_wrap(gold), parsing_timeout=None)
+            parsed = self._parse(_prepare(gold), parsing_timeout=None)
             if len(self._gold_memo) >= _GOLD_MEMO_SIZE:
                 self._gold_memo.clear()
             self._gold_memo[gold] = parsed
@@ -93,12 +106,14 @@ class _Checker:
         signal.setitimer(signal.ITIMER_REAL, max(budget, 0.01))
         try:
             gold_parsed = self._parse_gold(gold)
-            if not gold_parsed:
+            if all(isinstance(item, str) for item in gold_parsed):  # nothing but math-verify's raw-string fallback
                 return {"status": "gold_unparsed", "equal": False}
-            pred_parsed = self._parse(_wrap(pred), parsing_timeout=None)
+            pred_parsed = self._parse(_prepare(pred), parsing_timeout=None)
             if not pred_parsed:
                 return {"status": "pred_unparsed", "equal": False}
             equal = bool(self._verify(gold_parsed, pred_parsed, timeout_seconds=None))
+            if not equal and all(isinstance(item, str) for item in pred_parsed):
+                return {"status": "pred_unparsed", "equal": False}
             return {"status": "ok", "equal": equal}
         except _BudgetExceeded:
             return {"status": "timeout", "equal": False}
@@ -130,6 +145,10 @@ def main() -> None:
     for line in sys.stdin:
         try:
             request = json.loads(line)
+            if "stall" in request:  # test hook: behave like C code that no timer can interrupt
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+                time.sleep(float(request["stall"]))
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
             reply = checker.check(str(request["gold"]), str(request["pred"]), float(request["budget"]))
         except (KeyError, TypeError, ValueError) as exc:
             reply = {"status": "error", "equal": False, "error": type(exc).__name__}

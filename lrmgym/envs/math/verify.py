@@ -129,7 +129,8 @@ def _normalise(text: str) -> str:
     text = text.strip()
     if len(text) >= 2 and text[0] == "$" and text[-1] == "$":
         text = text.strip("$")
-    return _STRIP_RE.sub("", text).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    text = _STRIP_RE.sub("", text).replace("\\$", "")
+    return text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
 def numeric_value(text: str) -> tuple[Fraction, bool] | None:
@@ -409,8 +410,12 @@ class VerifierPool:
             The worker's reply ``{"status": ..., "equal": bool}``; ``status`` is ``"hard_timeout"`` when the
             worker was killed at the bound and ``"crashed"`` when it died.
         """
+        request = {"gold": gold, "pred": prediction, "budget": timeout_s * _SOFT_BUDGET_FRACTION}
+        return self._run(request, timeout_s)
+
+    def _run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self._check_fork()
-        payload = (json.dumps({"gold": gold, "pred": prediction, "budget": timeout_s * _SOFT_BUDGET_FRACTION}) + "\n").encode()
+        payload = (json.dumps(request) + "\n").encode()
         with self._slots:
             worker = self._take()
             deadline = time.monotonic() + timeout_s
