@@ -42,7 +42,15 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, Field, field_validator
 
 from lrmgym.core import Completion, Prompt, Task, Verdict
-from lrmgym.judges.base import BaseJudge, ContentCache, JudgeConfigBase, JudgeStats, both_orders, content_hash, prompt_text
+from lrmgym.judges.base import (
+    BaseJudge,
+    ContentCache,
+    JudgeConfigBase,
+    JudgeStats,
+    PairwiseAsJudge,
+    content_hash,
+    prompt_text,
+)
 from lrmgym.policies.base import Policy, SamplingParams
 
 __all__ = [
@@ -430,66 +438,6 @@ class PointwiseJudgeConfig(_LLMJudgeOptions):
 
 
 # --------------------------------------------------------------------------------------------------- pairwise
-class PairwiseAsJudge(BaseJudge):
-    """Lets a pairwise judge stand alone as a :class:`~lrmgym.judges.base.Judge`.
-
-    In a group, each completion's score is its mean outcome against every other completion (a round-robin
-    win rate in [0, 1]). Alone (``step``), a completion has no opponent and is ungradeable. For adaptive
-    routing and Bradley-Terry rewards, wrap the pairwise judge in ``judge=arena`` instead.
-    """
-
-    both_orders: bool = False
-
-    def compare(self, task: Task, first: Completion, second: Completion) -> float | None:
-        """The outcome of ``first`` against ``second`` (1, 0.5, 0), or ``None`` when the judge failed."""
-        if self.both_orders:
-            return both_orders(self._Once(self), task, first, second)[0]
-        return self._compare_once(task, first, second)
-
-    def _compare_once(self, task: Task, first: Completion, second: Completion) -> float | None:
-        raise NotImplementedError(f"{type(self).__name__} must implement _compare_once(task, first, second).")
-
-    class _Once:
-        """A view of the judge that asks one order only (for :func:`both_orders`)."""
-
-        def __init__(self, judge: PairwiseAsJudge) -> None:
-            self.name, self._judge = judge.name, judge
-
-        def compare(self, task: Task, first: Completion, second: Completion) -> float | None:
-            return self._judge._compare_once(task, first, second)
-
-    def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
-        return None, "a pairwise judge needs two completions of the task; use it on groups or inside judge=arena", False
-
-    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list:
-        if len(completions) < 2:
-            return super().score_group(task, completions, verdicts)
-        from lrmgym.core import Component
-
-        start = time.perf_counter()
-        n = len(completions)
-        totals, counts = [0.0] * n, [0] * n
-        for i in range(n):
-            for j in range(i + 1, n):
-                y = self.compare(task, completions[i], completions[j])
-                if y is None:
-                    continue
-                totals[i] += y
-                totals[j] += 1.0 - y
-                counts[i] += 1
-                counts[j] += 1
-        latency = (time.perf_counter() - start) / n
-        out = []
-        for i in range(n):
-            if counts[i]:
-                out.append(Component(self.name, totals[i] / counts[i], self.weight, latency, False,
-                                     f"won {totals[i]:g} of {counts[i]} comparisons"))  # fmt: skip
-            else:
-                out.append(Component(self.name, None, self.weight, latency, False, "every comparison failed"))
-        self._stats.add(calls=n, failures=sum(c == 0 for c in counts), seconds=latency * n)
-        return out
-
-
 class LLMPairwiseJudge(_LLMJudgeMixin, PairwiseAsJudge):
     """Which of two solutions is better, from an LLM: it must end with ``VERDICT: A``, ``B`` or ``TIE``.
 

@@ -1,0 +1,373 @@
+"""The Reasoning Arena judge: zero-variance groups become a trace tournament scored by Bradley-Terry.
+
+Reasoning Arena (Zhou et al., arXiv 2606.09380; spec in ``../shared/specs/papers.md`` §1). Under GRPO, a
+group whose verifiable rewards are all equal has zero advantage and teaches nothing. This judge routes such
+groups to a tournament instead:
+
+1. Each trace, in arrival order, meets up to K *anchors* (default: the best, median and worst of the pool so
+   far under the current strengths; the median is the lower middle one) through a pairwise judge, in a
+   random presentation order (or in both orders, a flip counting as a tie).
+2. Every outcome y (win 1, tie 0.5, loss 0) is recorded with its mirror (1 - y): symmetric augmentation.
+3. Bradley-Terry strengths are refitted (warm-started Newton, :mod:`lrmgym.judges.bradley_terry`) after each
+   trace; the final strengths of the group's traces are min-max normalised into rewards in [0, 1]
+   (times ``reward_scale``). When every comparison is a tie there is no signal and every reward is 0.
+
+Groups with mixed verifiable rewards keep them. The first trace of a group meets nobody, the second one
+trace, then up to K each: at most 3G - 6 judge calls per group for K = 3 (G >= 3), every call counted.
+
+Options: ``tournament="round_robin"`` (every pair: the ArenaRL-style full tournament ablation),
+``pool="prompt"`` (a pool kept across steps per prompt, so anchors evolve over training), ``num_anchors``,
+``both_orders``, ``route_when`` (which groups go to the tournament), ``audit_pairs`` (judge a few
+correct-vs-wrong pairs of the mixed groups that were not routed, to measure the judge's agreement with the
+verifier).
+
+:meth:`ArenaJudge.pop_metrics` returns the counters since its last call, for a learner to log: the fraction
+of groups routed, judge calls, the reward spread inside routed groups, and the audit's agreement.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field
+
+from lrmgym.core import Completion, Component, Task, Verdict
+from lrmgym.judges.base import BaseJudge, JudgeConfigBase, PairwiseJudge, both_orders
+from lrmgym.judges.bradley_terry import fit_bradley_terry
+from lrmgym.judges.llm import PairwiseJudgeConfig
+from lrmgym.judges.pairwise_rule import RulePairwiseJudgeConfig
+
+__all__ = ["ArenaJudge", "ArenaJudgeConfig", "select_anchors"]
+
+RouteWhen = Literal["all_equal", "all_correct", "all_wrong", "always", "never"]
+_EQUAL_TOL = 1e-9
+
+
+def select_anchors(strengths: np.ndarray, k: int) -> list[int]:
+    """Indices of ``k`` anchors spread over the pool ranked by strength: best, ..., median, ..., worst.
+
+    For ``k = 3``: the argmax, the lower-middle element, and the argmin (deduplicated). A pool of at most
+    ``k`` items is returned whole. Ties in strength are broken by index (earlier first), so the choice is
+    deterministic.
+    """
+    m = len(strengths)
+    if m <= k:
+        return list(range(m))
+    order = np.argsort(strengths, kind="stable")  # ascending
+    if k == 1:
+        return [int(order[-1])]
+    positions = [(q * (m - 1)) // (k - 1) for q in range(k)]  # 0 ... lower middle ... m - 1
+    picked = [int(order[p]) for p in reversed(positions)]  # best first
+    return list(dict.fromkeys(picked))
+
+
+@dataclass
+class _Pool:
+    """Traces of one prompt and their comparisons (node indices into ``members``)."""
+
+    members: list[Completion] = field(default_factory=list)
+    comparisons: list[tuple[int, int, float]] = field(default_factory=list)
+    strengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def trimmed(self, size: int) -> _Pool:
+        """Keep the ``size`` most recent members and the comparisons among them."""
+        drop = max(0, len(self.members) - size)
+        if drop == 0:
+            return self
+        comps = [(i - drop, j - drop, y) for i, j, y in self.comparisons if i >= drop and j >= drop]
+        return _Pool(self.members[drop:], comps, self.strengths[drop:].copy())
+
+
+_METRIC_KEYS = (
+    "groups", "groups_routed", "groups_no_signal", "judge_calls", "judge_failures", "comparisons",
+    "routed_reward_std_sum", "audit_pairs", "audit_agree", "audit_calls", "seconds",
+)  # fmt: skip
+
+
+class ArenaJudge(BaseJudge):
+    """Group-aware judge: verifiable rewards for mixed groups, a BT tournament for zero-variance groups.
+
+    Args:
+        pairwise: The judge that compares two traces (an LLM pairwise judge, the rule pairwise judge, ...).
+        route_when: Which groups go to the tournament: ``all_equal`` (all verifiable rewards equal: the
+            paper's rule), ``all_correct``, ``all_wrong``, ``always`` (tournament everywhere) or ``never``.
+        tournament: ``anchors`` (each trace meets up to ``num_anchors`` anchors) or ``round_robin`` (every
+            trace meets every earlier one: the full-tournament ablation).
+        num_anchors: K, the anchors per trace.
+        pool: ``group`` (anchors come from the group's earlier traces) or ``prompt`` (a pool per prompt kept
+            across steps, at most ``pool_size`` recent traces, for at most ``max_prompts`` prompts).
+        pool_size: Traces kept per prompt with ``pool="prompt"``.
+        max_prompts: Prompts whose pools are kept (least recently used dropped first).
+        both_orders: Judge each pair in both orders (two calls; a flip counts as a tie) instead of one
+            random order.
+        l2: The Bradley-Terry L2 coefficient lambda.
+        reward_scale: Multiplies the [0, 1] tournament rewards.
+        max_calls_per_group: Optional hard cap on judge calls per group.
+        audit_pairs: Correct-vs-wrong pairs judged per mixed (non-routed) group, to audit the judge.
+        seed: Seed of the presentation-order coin flips and of the audit's pair choice.
+        name: The component's name.
+        weight: The judge's weight.
+    """
+
+    name = "arena"
+
+    def __init__(
+        self,
+        pairwise: PairwiseJudge,
+        *,
+        route_when: RouteWhen = "all_equal",
+        tournament: Literal["anchors", "round_robin"] = "anchors",
+        num_anchors: int = 3,
+        pool: Literal["group", "prompt"] = "group",
+        pool_size: int = 16,
+        max_prompts: int = 10_000,
+        both_orders: bool = False,
+        l2: float = 1.0,
+        reward_scale: float = 1.0,
+        max_calls_per_group: int | None = None,
+        audit_pairs: int = 0,
+        seed: int = 0,
+        name: str | None = None,
+        weight: float = 1.0,
+    ) -> None:
+        super().__init__(name, weight)
+        if not callable(getattr(pairwise, "compare", None)):
+            raise TypeError(f"ArenaJudge needs a pairwise judge with compare(task, first, second), got {type(pairwise).__name__}.")
+        if num_anchors < 1:
+            raise ValueError(f"num_anchors must be at least 1, got {num_anchors}.")
+        self.pairwise = pairwise
+        self.route_when, self.tournament, self.num_anchors = route_when, tournament, num_anchors
+        self.pool, self.pool_size, self.max_prompts = pool, pool_size, max_prompts
+        self.both_orders, self.l2, self.reward_scale = both_orders, l2, reward_scale
+        self.max_calls_per_group, self.audit_pairs = max_calls_per_group, audit_pairs
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._pools: OrderedDict[str, _Pool] = OrderedDict()
+        self._metrics = dict.fromkeys(_METRIC_KEYS, 0.0)
+
+    # ---- routing
+    @staticmethod
+    def _is_correct(verdict: Verdict) -> bool:
+        return verdict.correct if verdict.correct is not None else bool(verdict.score and verdict.score > 0)
+
+    def routes(self, verdicts: Sequence[Verdict]) -> bool:
+        """Whether a group with these verdicts goes to the tournament (needs two gradeable traces)."""
+        graded = [v for v in verdicts if v.score is not None]
+        if len(graded) < 2 or self.route_when == "never":
+            return False
+        if self.route_when == "always":
+            return True
+        scores = [v.score for v in graded]
+        if max(scores) - min(scores) > _EQUAL_TOL:  # type: ignore[operator]
+            return False
+        if self.route_when == "all_correct":
+            return all(self._is_correct(v) for v in graded)
+        if self.route_when == "all_wrong":
+            return not any(self._is_correct(v) for v in graded)
+        return True
+
+    # ---- judging one pair
+    def _judge_pair(self, task: Task, a: Completion, b: Completion) -> tuple[float | None, int]:
+        """Outcome for ``a`` against ``b`` and the number of judge calls made."""
+        if self.both_orders:
+            return both_orders(self.pairwise, task, a, b)
+        with self._lock:
+            swap = self._rng.random() < 0.5
+        if swap:
+            y = self.pairwise.compare(task, b, a)
+            return (None if y is None else 1.0 - y), 1
+        return self.pairwise.compare(task, a, b), 1
+
+    # ---- the tournament
+    def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, int, int, int]:
+        """Strengths of ``traces`` (shape (len(traces),)), judge calls, failures and comparisons made."""
+        with self._lock:
+            start = self._pools.get(task.id) if self.pool == "prompt" else None
+        pool = _Pool(list(start.members), list(start.comparisons), start.strengths.copy()) if start else _Pool()
+        calls = failures = made = 0
+        current: list[int] = []
+        for trace in traces:
+            k = len(pool.members)
+            candidates = list(range(k))
+            if self.tournament == "anchors":
+                opponents = [candidates[i] for i in select_anchors(pool.strengths[candidates], self.num_anchors)]
+            else:
+                opponents = candidates
+            pool.members.append(trace)
+            pool.strengths = np.append(pool.strengths, 0.0)  # (k + 1,) warm start: the newcomer at 0
+            added = False
+            for a in opponents:
+                if self.max_calls_per_group is not None and calls >= self.max_calls_per_group:
+                    break
+                y, n = self._judge_pair(task, trace, pool.members[a])
+                calls += n
+                if y is None:
+                    failures += 1
+                    continue
+                pool.comparisons += [(k, a, y), (a, k, 1.0 - y)]  # symmetric augmentation
+                made += 1
+                added = True
+            if added:
+                fit = fit_bradley_terry(len(pool.members), pool.comparisons, self.l2, init=pool.strengths)
+                pool.strengths = fit.strengths
+            current.append(k)
+        if self.pool == "prompt":
+            with self._lock:
+                self._pools[task.id] = pool.trimmed(self.pool_size)
+                self._pools.move_to_end(task.id)
+                while len(self._pools) > self.max_prompts:
+                    self._pools.popitem(last=False)
+        return pool.strengths[current], calls, failures, made
+
+    def _audit(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> tuple[int, float, int]:
+        """Judge up to ``audit_pairs`` correct-vs-wrong pairs: ``(pairs judged, agreement sum, calls)``."""
+        right = [c for c, v in zip(completions, verdicts) if v.score is not None and self._is_correct(v)]
+        wrong = [c for c, v in zip(completions, verdicts) if v.score is not None and not self._is_correct(v)]
+        if not right or not wrong:
+            return 0, 0.0, 0
+        pairs, agree, calls = 0, 0.0, 0
+        for _ in range(self.audit_pairs):
+            with self._lock:
+                a, b = self._rng.choice(right), self._rng.choice(wrong)
+            y, n = self._judge_pair(task, a, b)
+            calls += n
+            if y is not None:
+                pairs, agree = pairs + 1, agree + y  # y = 1: the judge prefers the correct trace
+        return pairs, agree, calls
+
+    # ---- the Judge API
+    def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
+        return verdict.score, "verifier (a single completion is never routed)", False
+
+    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+        """Verifiable rewards for mixed groups; tournament rewards for routed ones (see the module docstring)."""
+        start = time.perf_counter()
+        counts = dict.fromkeys(_METRIC_KEYS, 0.0)
+        counts["groups"] = 1
+        if not self.routes(verdicts):
+            if self.audit_pairs:
+                pairs, agree, calls = self._audit(task, completions, verdicts)
+                counts.update(audit_pairs=pairs, audit_agree=agree, audit_calls=calls)
+            latency = (time.perf_counter() - start) / max(1, len(completions))
+            out = [Component(self.name, v.score, self.weight, latency, False,
+                             "verifier (not routed)" if v.score is not None else (v.reason or "ungradeable"))
+                   for v in verdicts]  # fmt: skip
+        else:
+            graded = [k for k, v in enumerate(verdicts) if v.score is not None]
+            beta, calls, failures, made = self._tournament(task, [completions[k] for k in graded])
+            spread = float(beta.max() - beta.min())
+            rewards = (beta - beta.min()) / spread * self.reward_scale if spread > _EQUAL_TOL else np.zeros_like(beta)
+            counts.update(groups_routed=1, judge_calls=calls, judge_failures=failures, comparisons=made,
+                          groups_no_signal=int(spread <= _EQUAL_TOL), routed_reward_std_sum=float(np.std(rewards)))  # fmt: skip
+            latency = (time.perf_counter() - start) / max(1, len(completions))
+            by_index = dict(zip(graded, zip(rewards.tolist(), beta.tolist())))
+            out = []
+            for k, v in enumerate(verdicts):
+                if k in by_index:
+                    r, b = by_index[k]
+                    reason = f"tournament: strength {b:+.3f} ({made} comparisons, {calls} judge calls in the group)"
+                    out.append(Component(self.name, r, self.weight, latency, False, reason))
+                else:
+                    out.append(Component(self.name, None, self.weight, latency, False, v.reason or "ungradeable"))
+        counts["seconds"] = time.perf_counter() - start
+        with self._lock:
+            for key, value in counts.items():
+                self._metrics[key] += value
+        self._stats.add(calls=len(completions), seconds=counts["seconds"], judge_calls=counts["judge_calls"],
+                        failures=sum(c.score is None for c in out))  # fmt: skip
+        return out
+
+    def metrics(self) -> dict[str, float | None]:
+        """Counters since the last :meth:`pop_metrics`, with derived rates (``None`` when undefined).
+
+        Keys: ``groups``, ``groups_routed``, ``frac_routed``, ``groups_no_signal`` (routed groups where every
+        comparison tied), ``judge_calls``, ``judge_calls_per_group``, ``judge_failures``, ``comparisons``,
+        ``routed_reward_std`` (mean std of rewards inside routed groups), ``audit_pairs``,
+        ``audit_agreement`` (mean outcome of the judge for the correct trace: 1 = always agrees with the
+        verifier, 0.5 = chance or ties), ``audit_calls``, ``seconds``.
+        """
+        with self._lock:
+            return self._derive(dict(self._metrics))
+
+    @staticmethod
+    def _derive(m: dict[str, float]) -> dict[str, float | None]:
+        routed = m["groups_routed"]
+        return {
+            "groups": m["groups"],
+            "groups_routed": routed,
+            "frac_routed": routed / m["groups"] if m["groups"] else None,
+            "groups_no_signal": m["groups_no_signal"],
+            "judge_calls": m["judge_calls"],
+            "judge_calls_per_group": m["judge_calls"] / routed if routed else None,
+            "judge_failures": m["judge_failures"],
+            "comparisons": m["comparisons"],
+            "routed_reward_std": m["routed_reward_std_sum"] / routed if routed else None,
+            "audit_pairs": m["audit_pairs"],
+            "audit_agreement": m["audit_agree"] / m["audit_pairs"] if m["audit_pairs"] else None,
+            "audit_calls": m["audit_calls"],
+            "seconds": m["seconds"],
+        }
+
+    def pop_metrics(self) -> dict[str, float | None]:
+        """:meth:`metrics`, then reset the counters (call once per training step)."""
+        with self._lock:
+            snapshot, self._metrics = self._metrics, dict.fromkeys(_METRIC_KEYS, 0.0)
+        return self._derive(snapshot)
+
+    def stats(self) -> dict[str, float]:
+        """Lifetime counters of the arena and of its pairwise judge (``pairwise_*``)."""
+        inner = {f"pairwise_{k}": v for k, v in self.pairwise.stats().items()}
+        return {**self._stats.snapshot(), **inner}
+
+
+PairwiseConfig = Annotated[RulePairwiseJudgeConfig | PairwiseJudgeConfig, Field(discriminator="kind")]
+
+
+class ArenaJudgeConfig(JudgeConfigBase):
+    """Reasoning Arena (``judge=arena``): zero-variance groups scored by a pairwise tournament and Bradley-Terry."""
+
+    kind: Literal["arena"] = "arena"
+    """Selects this judge."""
+    pairwise: PairwiseConfig = Field(default_factory=RulePairwiseJudgeConfig)
+    """The pairwise judge: {kind: rule_pairwise} (CPU rules for arithmetic traces) or {kind: llm_pairwise, policy: ...}."""
+    route_when: RouteWhen = "all_equal"
+    """Which groups go to the tournament: all_equal (the paper), all_correct, all_wrong, always, never."""
+    tournament: Literal["anchors", "round_robin"] = "anchors"
+    """anchors: each trace meets up to num_anchors anchors; round_robin: every pair (the full-tournament ablation)."""
+    num_anchors: int = Field(3, ge=1, le=64)
+    """Anchors per trace (3: best, median and worst of the pool under the current strengths)."""
+    pool: Literal["group", "prompt"] = "group"
+    """group: anchors from the group's earlier traces; prompt: a pool per prompt kept across steps."""
+    pool_size: int = Field(16, ge=1, le=1024)
+    """Most recent traces kept per prompt when pool is prompt."""
+    max_prompts: int = Field(10_000, ge=1)
+    """Prompts whose pools are kept when pool is prompt (least recently used dropped first)."""
+    both_orders: bool = False
+    """Judge each pair in both presentation orders (two calls; a flip counts as a tie) instead of one random order."""
+    l2: float = Field(1.0, gt=0)
+    """L2 coefficient lambda of the Bradley-Terry fit."""
+    reward_scale: float = Field(1.0, gt=0)
+    """Multiplies tournament rewards (in [0, 1]); matters only without std-normalised advantages."""
+    max_calls_per_group: int | None = Field(None, ge=1)
+    """Hard cap on judge calls per routed group; None: no cap beyond the schedule's (3G - 6 with 3 anchors)."""
+    audit_pairs: int = Field(0, ge=0, le=64)
+    """Correct-vs-wrong pairs judged per mixed group that was not routed, to audit the judge against the verifier."""
+    seed: int = Field(0, ge=0)
+    """Seed of the presentation-order coin flips and the audit's pair choice."""
+
+    def build(self) -> ArenaJudge:
+        """Make the arena and its pairwise judge."""
+        return ArenaJudge(
+            self.pairwise.build(), route_when=self.route_when, tournament=self.tournament,
+            num_anchors=self.num_anchors, pool=self.pool, pool_size=self.pool_size, max_prompts=self.max_prompts,
+            both_orders=self.both_orders, l2=self.l2, reward_scale=self.reward_scale,
+            max_calls_per_group=self.max_calls_per_group, audit_pairs=self.audit_pairs, seed=self.seed,
+            name=self.name, weight=self.weight,
+        )  # fmt: skip

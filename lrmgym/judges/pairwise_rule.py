@@ -1,0 +1,231 @@
+"""A rule-based pairwise judge for arithmetic traces: a CPU stand-in for an LLM judge.
+
+The Reasoning Arena uses an LLM judge (DeepSeekMath-V2 in the paper). For the tiny model on a CPU there is
+no such judge, so this one compares two traces with checkable rules, in order, the first rule that
+separates them deciding:
+
+1. ``arithmetic``: the trace with fewer wrong intermediate steps wins. A step is a written equation such as
+   ``93+13=106`` or ``12*(3+4)=84``; its left side is evaluated with exact fractions and compared with the
+   right side.
+2. ``distance``: the trace whose final ``<answer>`` is numerically nearer the reference wins (a numeric
+   answer beats a missing or non-numeric one).
+3. ``format``: the trace with the strict answer format (one ``<think>`` then one ``<answer>``, nothing after)
+   wins.
+
+Otherwise it is a tie. It is a stand-in, not a model of reasoning quality: it sees only arithmetic slips,
+closeness and format. It never raises: texts are scanned in linear time, numbers are capped at 30 digits,
+and at most 200 equations are checked per trace.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Literal
+
+from pydantic import Field
+
+from lrmgym.core import Completion, Task
+from lrmgym.judges.base import JudgeConfigBase, PairwiseAsJudge
+from lrmgym.judges.rule import FormatJudge
+
+__all__ = ["RulePairwiseJudge", "RulePairwiseJudgeConfig", "check_steps", "trace_facts"]
+
+Criterion = Literal["arithmetic", "distance", "format"]
+
+_NUM = r"\d{1,30}(?:\.\d{1,30})?"
+_RHS = re.compile(rf"\s*(-?{_NUM})(?![\d.])")
+_LHS_CHARS = frozenset("0123456789.+-*/×÷() ")
+_MAX_LHS = 200
+_TOKEN = re.compile(rf"\s*(?:({_NUM})|(.))")
+_MAX_TEXT = 50_000
+_MAX_STEPS = 200
+_OPS = {"+": 1, "-": 1, "*": 2, "/": 2, "×": 2, "÷": 2}
+
+
+def _evaluate(expr: str) -> Fraction | None:
+    """Evaluate ``+ - * / ( )`` over decimals exactly (shunting-yard); ``None`` if malformed or dividing by 0.
+
+    Hand-written rather than ``eval``/sympy: the text is hostile, and only these operators are wanted.
+    """
+    out: list[Fraction] = []
+    ops: list[str] = []
+    expect_operand = True
+
+    def apply() -> bool:
+        op = ops.pop()
+        if op == "neg":
+            if not out:
+                return False
+            out.append(-out.pop())
+            return True
+        if len(out) < 2:
+            return False
+        b, a = out.pop(), out.pop()
+        if op in "/÷" and b == 0:
+            return False
+        out.append(a + b if op == "+" else a - b if op == "-" else a * b if op in "*×" else a / b)
+        return True
+
+    for number, sym in _TOKEN.findall(expr):
+        if number:
+            if not expect_operand:
+                return None
+            out.append(Fraction(number))
+            expect_operand = False
+        elif sym == "(":
+            if not expect_operand:
+                return None
+            ops.append("(")
+        elif sym == ")":
+            while ops and ops[-1] != "(":
+                if not apply():
+                    return None
+            if not ops or expect_operand:
+                return None
+            ops.pop()
+        elif sym in _OPS:
+            if expect_operand:
+                if sym != "-":
+                    return None
+                ops.append("neg")
+                continue
+            while ops and ops[-1] != "(" and (ops[-1] == "neg" or _OPS[ops[-1]] >= _OPS[sym]):
+                if not apply():
+                    return None
+            ops.append(sym)
+            expect_operand = True
+        elif sym.strip():
+            return None
+    if expect_operand:
+        return None
+    while ops:
+        if ops[-1] == "(" or not apply():
+            return None
+    return out[0] if len(out) == 1 else None
+
+
+def _equations(text: str):
+    """Yield ``(left side, right side)`` of each ``... = number`` in ``text``, scanning left from each ``=``.
+
+    The left side is the longest run (up to 200 characters) of digits, operators, parentheses and spaces
+    just before the ``=``. Linear in the text: no regex backtracking.
+    """
+    pos = text.find("=")
+    while pos >= 0:
+        rhs = _RHS.match(text, pos + 1)
+        if rhs is not None:
+            start = pos
+            while start > 0 and pos - start < _MAX_LHS and text[start - 1] in _LHS_CHARS:
+                start -= 1
+            lhs = text[start:pos].strip()
+            if lhs:
+                yield lhs, rhs.group(1)
+        pos = text.find("=", pos + 1)
+
+
+def check_steps(text: str) -> tuple[int, int]:
+    """``(right, wrong)`` counts of the equations written in ``text`` (at most 200 checked)."""
+    right = wrong = 0
+    for lhs, rhs in _equations(text[:_MAX_TEXT]):
+        if not re.search(r"\d\s*[-+*/×÷]", lhs):  # "x = 5" or a bare number is not an arithmetic step
+            continue
+        value = _evaluate(lhs)
+        if value is None:
+            continue
+        if value == Fraction(rhs):
+            right += 1
+        else:
+            wrong += 1
+        if right + wrong >= _MAX_STEPS:
+            break
+    return right, wrong
+
+
+def _final_answer(text: str) -> Fraction | None:
+    end = text.rfind("</answer>")
+    start = text.rfind("<answer>", 0, end if end >= 0 else None)
+    if start < 0 or end < 0 or end - start > 200:
+        return None
+    body = text[start + len("<answer>") : end].strip().replace(",", "")
+    m = re.fullmatch(r"(-?\d{1,30}(?:\.\d{1,30})?)(?:/(\d{1,30}))?", body)
+    if m is None:
+        return None
+    value = Fraction(m.group(1))
+    if m.group(2):
+        denominator = Fraction(m.group(2))
+        return None if denominator == 0 else value / denominator
+    return value
+
+
+def trace_facts(text: str, strict: FormatJudge | None = None) -> tuple[int, int, Fraction | None, bool]:
+    """The facts the rules compare: step counts, the final numeric answer, and the strict format."""
+    right, wrong = check_steps(text)
+    fmt = (strict or FormatJudge("strict")).check(text)[0]
+    return right, wrong, _final_answer(text[-_MAX_TEXT:]), fmt
+
+
+def _reference(task: Task) -> Fraction | None:
+    return _final_answer(f"<answer>{task.answer}</answer>") if task.answer is not None else None
+
+
+class RulePairwiseJudge(PairwiseAsJudge):
+    """Compares two arithmetic traces by rules (see the module docstring); a CPU stand-in for an LLM judge.
+
+    Args:
+        criteria: The rules to apply, in order.
+        name: The component's name when used as a stand-alone judge.
+        weight: Its weight then.
+    """
+
+    name = "rule_pairwise"
+
+    def __init__(
+        self, criteria: tuple[Criterion, ...] = ("arithmetic", "distance", "format"),
+        name: str | None = None, weight: float = 1.0,
+    ) -> None:  # fmt: skip
+        super().__init__(name, weight)
+        unknown = [c for c in criteria if c not in ("arithmetic", "distance", "format")]
+        if unknown or not criteria:
+            raise ValueError(f"criteria must be a non-empty list of arithmetic, distance, format; got {list(criteria)}.")
+        self.criteria = tuple(criteria)
+        self._strict = FormatJudge("strict")
+
+    def _compare_once(self, task: Task, first: Completion, second: Completion) -> float | None:
+        try:
+            a = trace_facts(first.text, self._strict)
+            b = trace_facts(second.text, self._strict)
+        except (ValueError, ZeroDivisionError, OverflowError):  # defensive: the rules above avoid these
+            return None
+        ref = _reference(task)
+        for criterion in self.criteria:
+            if criterion == "arithmetic" and a[1] != b[1]:
+                return 1.0 if a[1] < b[1] else 0.0
+            if criterion == "distance" and ref is not None:
+                da = None if a[2] is None else abs(a[2] - ref)
+                db = None if b[2] is None else abs(b[2] - ref)
+                if da != db:
+                    if da is None or db is None:
+                        return 1.0 if db is None else 0.0
+                    return 1.0 if da < db else 0.0
+            if criterion == "format" and a[3] != b[3]:
+                return 1.0 if a[3] else 0.0
+        return 0.5
+
+    def compare(self, task: Task, first: Completion, second: Completion) -> float | None:
+        """1.0 when ``first`` is better, 0.0 when ``second`` is, 0.5 for a tie (never ``None``: rules cannot fail)."""
+        self._stats.add(comparisons=1)
+        return self._compare_once(task, first, second)
+
+
+class RulePairwiseJudgeConfig(JudgeConfigBase):
+    """Rule-based pairwise judge for arithmetic traces (``judge=rule_pairwise``; usually inside ``judge=arena``)."""
+
+    kind: Literal["rule_pairwise"] = "rule_pairwise"
+    """Selects this judge."""
+    criteria: list[Criterion] = Field(default_factory=lambda: ["arithmetic", "distance", "format"], min_length=1)
+    """Rules applied in order; the first that separates the two traces decides, else a tie."""
+
+    def build(self) -> RulePairwiseJudge:
+        """Make the judge."""
+        return RulePairwiseJudge(tuple(self.criteria), self.name, self.weight)
