@@ -314,7 +314,8 @@ def _run_steps(
             return "wrong_claim", "claimed no solution, but the puzzle is solvable", numbers_left
         return "no_solution", "correct: the puzzle has no solution", numbers_left
     if len(answer) > MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS:
-        return "illegal", f"too long: {len(answer)} characters", numbers_left
+        limit = MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS
+        return "illegal", f"too long: {len(answer)} characters, the limit is {limit}", numbers_left
     texts = [t for t in _STEP_SPLIT.split(answer) if t.strip()]
     if not texts:
         return "illegal", "empty step: write a step like '8 / 3 = 8/3'", numbers_left
