@@ -40,6 +40,8 @@ __all__ = [
     "PairwiseJudge",
     "ContentCache",
     "both_orders",
+    "check_judges",
+    "judge_group",
     "content_hash",
     "prompt_text",
 ]
@@ -298,6 +300,41 @@ def _combine(base: Verdict, components: Sequence[Component], format_ok: bool | N
     return Verdict(score=float(total), reason=reason, **fields)
 
 
+def check_judges(judges: Judge | Sequence[Judge], weights: Sequence[float] | None = None) -> list[Judge]:
+    """Validate a judge list (non-empty, Judge objects, unique names) and apply optional weights."""
+    judges = [judges] if not isinstance(judges, Sequence) else list(judges)
+    if not judges:
+        raise ValueError("JudgedEnv needs at least one judge; for the env's own reward use the env itself.")
+    bad = [type(j).__name__ for j in judges if not isinstance(j, Judge)]
+    if bad:
+        raise TypeError(
+            f"JudgedEnv expects Judge objects (name, weight, score, score_group, stats); got {', '.join(bad)}."
+        )
+    names = [j.name for j in judges]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"Two judges share the name(s) {dupes}; give each a distinct name (name=...).")
+    if weights is not None:
+        if len(weights) != len(judges):
+            raise ValueError(f"Got {len(weights)} weights for {len(judges)} judges; give one weight per judge.")
+        for judge, w in zip(judges, weights):
+            judge.weight = float(w)
+    return judges
+
+
+def judge_group(
+    judges: Sequence[Judge], task: Task, completions: Sequence[Completion], base: Sequence[Verdict]
+) -> list[Verdict]:
+    """Apply each judge to the whole group and combine: one judged verdict per completion."""
+    per_judge = [judge.score_group(task, completions, base) for judge in judges]  # [judge][completion]
+    out = []
+    for k, (completion, verdict) in enumerate(zip(completions, base)):
+        components = [comps[k] for comps in per_judge]
+        fmt = [j.format_ok(completion) for j in judges if hasattr(j, "format_ok")]
+        out.append(_combine(verdict, components, all(fmt) if fmt else None))
+    return out
+
+
 class JudgedEnv(gymnasium.Wrapper):
     """Any env with its reward replaced by a weighted composition of judges.
 
@@ -322,24 +359,7 @@ class JudgedEnv(gymnasium.Wrapper):
 
     def __init__(self, env: gymnasium.Env, judges: Judge | Sequence[Judge], weights: Sequence[float] | None = None) -> None:
         super().__init__(env)
-        judges = [judges] if not isinstance(judges, Sequence) else list(judges)
-        if not judges:
-            raise ValueError("JudgedEnv needs at least one judge; for the env's own reward use the env itself.")
-        bad = [type(j).__name__ for j in judges if not isinstance(j, Judge)]
-        if bad:
-            raise TypeError(
-                f"JudgedEnv expects Judge objects (name, weight, score, score_group, stats); got {', '.join(bad)}."
-            )
-        names = [j.name for j in judges]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"Two judges share the name(s) {dupes}; give each a distinct name (name=...).")
-        if weights is not None:
-            if len(weights) != len(judges):
-                raise ValueError(f"Got {len(weights)} weights for {len(judges)} judges; give one weight per judge.")
-            for judge, w in zip(judges, weights):
-                judge.weight = float(w)
-        self.judges: list[Judge] = judges
+        self.judges: list[Judge] = check_judges(judges, weights)
 
     # ---- the env's own API, forwarded (gymnasium 1.x wrappers do not forward attributes)
     @property
@@ -361,13 +381,7 @@ class JudgedEnv(gymnasium.Wrapper):
 
     # ---- judging
     def _judge(self, task: Task, completions: list[Completion], base: list[Verdict]) -> list[Verdict]:
-        per_judge = [judge.score_group(task, completions, base) for judge in self.judges]  # [judge][completion]
-        out = []
-        for k, (completion, verdict) in enumerate(zip(completions, base)):
-            components = [comps[k] for comps in per_judge]
-            fmt = [j.format_ok(completion) for j in self.judges if hasattr(j, "format_ok")]
-            out.append(_combine(verdict, components, all(fmt) if fmt else None))
-        return out
+        return judge_group(self.judges, task, completions, base)
 
     def score_group(self, task: Task, completions: Sequence[Completion | str]) -> list[Verdict]:
         """Grade ``G`` completions of one task: the env's verifier, then each judge over the whole group."""
