@@ -405,8 +405,28 @@ class JudgedEnv(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def judge_stats(self) -> dict[str, dict[str, float]]:
-        """Each judge's counters, by name."""
+        """Each judge's lifetime counters, by name."""
         return {j.name: j.stats() for j in self.judges}
+
+    def pop_metrics(self) -> dict[str, float | None]:
+        """What the judges did since the last call, for a learner to log once per step.
+
+        Keys are ``"<judge name>/<counter>"``: the change of every numeric counter of :meth:`judge_stats`
+        (calls, failures, seconds, LLM retries and timeouts, ...) and, for judges that keep step metrics
+        (the arena), their ``pop_metrics()`` (``arena/frac_routed``, ``arena/judge_calls``, ...).
+        """
+        last = getattr(self, "_last_stats", {})
+        out: dict[str, float | None] = {}
+        for judge in self.judges:
+            now = judge.stats()
+            before = last.get(judge.name, {})
+            out.update({f"{judge.name}/{k}": v - before.get(k, 0) for k, v in now.items() if isinstance(v, (int, float))})
+            last[judge.name] = now
+            pop = getattr(judge, "pop_metrics", None)
+            if callable(pop):
+                out.update({f"{judge.name}/{k}": v for k, v in pop().items()})
+        self._last_stats = last
+        return out
 
 
 

@@ -159,3 +159,14 @@ def test_content_cache_is_bounded_lru_and_hash_separates_parts():
     assert cache.get("b") == (False, None) and len(cache) == 2
     assert content_hash("ab", "c") != content_hash("a", "bc")
     assert content_hash("x\ud800") == content_hash("x\ud800")  # lone surrogates hash without error
+
+
+def test_pop_metrics_reports_counter_changes_since_the_last_call():
+    env = JudgedEnv(EchoEnv(), [AccuracyJudge(), Exploding()])
+    env.reset(seed=0)
+    env.score_group(env.task, ["a", "b"])
+    first = env.pop_metrics()
+    assert (first["accuracy/calls"], first["exploding/failures"]) == (2, 2)
+    env.score_group(env.task, ["c"])
+    second = env.pop_metrics()
+    assert (second["accuracy/calls"], second["exploding/failures"]) == (1, 1)

@@ -1,0 +1,48 @@
+"""Judges inside a GRPO training run: a failing LLM judge does not stop training, and the arena is logged."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learners"))  # the learner tests' fixtures
+
+from learner_helpers import register_test_env, run_config  # noqa: E402
+
+from lrmgym.judges.arena import ArenaJudgeConfig  # noqa: E402
+from lrmgym.judges.llm import PointwiseJudgeConfig  # noqa: E402
+from lrmgym.judges.rule import AccuracyJudgeConfig  # noqa: E402
+from lrmgym.learners.grpo import GRPOConfig  # noqa: E402
+
+register_test_env()
+
+
+def _run(tmp_path, judges):
+    learner = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=6, eval_before_after=False,
+                         checkpoint_every=100, progress=False, lr=1e-3)  # fmt: skip
+    cfg = run_config(learner).model_copy(update={"judge": judges})
+    summary = cfg.learner.run(cfg, tmp_path, resume=False)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return summary, lines
+
+
+def test_training_continues_when_the_llm_judge_fails_and_counts_the_failures(tmp_path):
+    judges = {
+        "accuracy": AccuracyJudgeConfig(),
+        # a judge model that answers random text: every reply is unparseable, retried once, then ungradeable
+        "llm_pointwise": PointwiseJudgeConfig(policy={"kind": "mock", "mode": "random"}, max_retries=1, backoff_s=0),
+    }
+    summary, lines = _run(tmp_path, judges)
+    assert summary["steps"] == 2 and [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert m["judge/llm_pointwise/llm_failures"] == 8  # 2 prompts x 4 samples per step, all failed
+        assert m["judge/llm_pointwise/llm_parse_errors"] == 16
+
+
+def test_arena_metrics_reach_the_training_log(tmp_path):
+    judges = {"arena": ArenaJudgeConfig(pairwise={"kind": "rule_pairwise", "criteria": ["format"]}, route_when="always")}
+    _, lines = _run(tmp_path, judges)
+    for m in lines:
+        assert m["judge/arena/groups"] == 2 and m["judge/arena/frac_routed"] == 1.0
+        assert m["judge/arena/judge_calls"] == 2 * 6  # 3G - 6 = 6 calls per group of 4
