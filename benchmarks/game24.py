@@ -185,7 +185,13 @@ def report(args: argparse.Namespace) -> str:
 
     with gzip.open(data / "game24" / "tot_gpt4_judged_outputs.jsonl.gz", "rt", encoding="utf-8") as handle:
         rows = [json.loads(line) for line in handle]
-    expressions = [(r["output"].strip().split("\n")[-1].replace("Answer: ", "").split("=")[0], tuple(map(int, r["puzzle"].split()))) for r in rows]
+    expressions = [
+        (
+            r["output"].strip().split("\n")[-1].replace("Answer: ", "").split("=")[0],
+            tuple(map(int, r["puzzle"].split())),
+        )
+        for r in rows
+    ]
     expressions += [(e, p) for p, found in zip(puzzles, sols, strict=True) for e in found]
     c = bench_checker(expressions)
     a = agreement(rows)
@@ -234,9 +240,12 @@ def report(args: argparse.Namespace) -> str:
         f"**{len(a['checker_disagreements'])} disagreements** out of {total}.",
         "",
         "Categories: "
-        + "; ".join(f"{n} x {k}" for k, n in Counter(d[3].split(";")[0].split(" (")[0] for d in a["disagreements"]).items()),
+        + "; ".join(
+            f"{n} x {k}" for k, n in Counter(d[3].split(";")[0].split(" (")[0] for d in a["disagreements"]).items()
+        ),
         "",
-        "| # | method | idx | rank | puzzle | sample | tot_r | ours | output (last 120 chars) | env reason | explanation |",
+        "| # | method | idx | rank | puzzle | sample | tot_r | ours | output (last 120 chars) | env reason "
+        "| explanation |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, (row, ours, reason, why) in enumerate(a["disagreements"], 1):

@@ -1,10 +1,10 @@
-"""The 24-point checker: exact, eval-free grading of an expression or a step over a puzzle's numbers.
+r"""The 24-point checker: exact, eval-free grading of an expression or a step over a puzzle's numbers.
 
 Nothing here calls ``eval`` or sympy. An answer is parsed with :func:`ast.parse` and only a whitelist of
 nodes is interpreted, with :class:`fractions.Fraction` arithmetic. The notation decisions:
 
-- **Operators**: ``+ - * /`` and parentheses. The aliases ``×``, ``·``, ``x``, ``X``, ``\\times``, ``\\cdot``
-  (multiplication), ``÷``, ``\\div`` (division) and ``−`` (U+2212 minus) are accepted because models write
+- **Operators**: ``+ - * /`` and parentheses. The aliases ``×``, ``·``, ``x``, ``X``, ``\times``, ``\cdot``
+  (multiplication), ``÷``, ``\div`` (division) and ``−`` (U+2212 minus) are accepted because models write
   them often and they are unambiguous between numbers. Every other character is refused with its name:
   letters, ``.`` (decimals are refused: the answer must be exact), ``%``, ``^``, ``[``, ``_`` (Python would
   read ``1_0`` as 10), non-ASCII digits (``２４``), control characters, NUL.
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from lrmgym.envs.game24.solver import TARGET, format_number, format_operand
+from lrmgym.envs.game24.solver import TARGET, apply_op, format_number, format_operand
 
 __all__ = [
     "MAX_DEPTH",
@@ -186,21 +186,15 @@ def _eval(node: ast.expr) -> Fraction:
     """Evaluate a validated tree exactly (its size is bounded by MAX_NODES, so is the recursion)."""
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left), _eval(node.right)
-        op = _OPS[type(node.op)]
-        if op == "/" and right == 0:
-            raise CheckError("division by zero")
-        return _bounded(_arith(op, left, right))
+        return _arith(_OPS[type(node.op)], left, right)
     return Fraction(node.value)
 
 
 def _arith(op: str, left: Fraction, right: Fraction) -> Fraction:
-    if op == "+":
-        return left + right
-    if op == "-":
-        return left - right
-    if op == "*":
-        return left * right
-    return left / right
+    value = apply_op(op, left, right)
+    if value is None:
+        raise CheckError("division by zero")
+    return _bounded(value)
 
 
 def evaluate(expression: str) -> tuple[Fraction, tuple[int, ...]]:
@@ -315,9 +309,7 @@ def parse_step(text: str) -> Step:
     left, right = _number(lhs_tree.left), _number(lhs_tree.right)
     op = _OPS[type(lhs_tree.op)]
     claimed = _number(_parse(_normalise(rhs)))
-    if op == "/" and right == 0:
-        raise CheckError("division by zero")
-    actual = _bounded(_arith(op, left, right))
+    actual = _arith(op, left, right)
     step = Step(left, op, right, actual)
     if claimed != actual:
         raise CheckError(

@@ -75,7 +75,9 @@ def _load(path: str, mtime_ns: int, size: int) -> tuple[HeldOutPuzzle, ...]:
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     if not rows or rows[0] != _HEADER:
-        raise ValueError(f"{path}: expected the ToT 24.csv header {_HEADER}, got {rows[0] if rows else 'an empty file'}.")
+        raise ValueError(
+            f"{path}: expected the ToT 24.csv header {_HEADER}, got {rows[0] if rows else 'an empty file'}."
+        )
     puzzles = [_parse_row(path, line, row) for line, row in enumerate(rows[1:], start=2) if row]
     if not puzzles:
         raise ValueError(f"{path}: the file has a header but no puzzles.")

@@ -140,7 +140,9 @@ class Game24Env(TextEnv):
         super().__init__(**kwargs)
         cfg: Game24Config = self.config
         self.max_turns = (cfg.max_turns or DEFAULT_STEP_TURNS) if cfg.mode == "steps" else 1
-        self._penalty = (DEFAULT_STEP_PENALTY if cfg.step_penalty is None else cfg.step_penalty) if cfg.mode == "steps" else 0.0
+        self._penalty = (
+            (DEFAULT_STEP_PENALTY if cfg.step_penalty is None else cfg.step_penalty) if cfg.mode == "steps" else 0.0
+        )
         self._held_out: tuple[HeldOutPuzzle, ...] = ()
         self._pool: PuzzlePool | None = None
         if cfg.split == "test" or cfg.held_out_ranks is not None:
@@ -161,7 +163,8 @@ class Game24Env(TextEnv):
         chosen = tuple(p for p in puzzles if ranks[0] <= p.rank <= ranks[1])
         if not chosen:
             raise ValueError(
-                f"held_out_ranks={list(ranks)} selects no puzzle of 24.csv (ranks {puzzles[0].rank}-{puzzles[-1].rank})."
+                f"held_out_ranks={list(ranks)} selects no puzzle of 24.csv "
+                f"(ranks {puzzles[0].rank}-{puzzles[-1].rank})."
             )
         return chosen
 
@@ -193,7 +196,11 @@ class Game24Env(TextEnv):
                 "human_solved_rate": row.solved_rate,
             }
         else:
-            ratio = (DEFAULT_UNSOLVABLE_RATIO if cfg.unsolvable_ratio is None else cfg.unsolvable_ratio) if cfg.allow_unsolvable else 0.0
+            ratio = (
+                (DEFAULT_UNSOLVABLE_RATIO if cfg.unsolvable_ratio is None else cfg.unsolvable_ratio)
+                if cfg.allow_unsolvable
+                else 0.0
+            )
             numbers = sample_puzzle(self._pool, rng, ratio)
             task_id = f"game24/train/{index}/{'-'.join(map(str, numbers))}"
             extra = {"source": "game24/generator"}
@@ -203,7 +210,11 @@ class Game24Env(TextEnv):
         cfg: Game24Config = self.config
         analysis = analyse(numbers)
         found = solutions(numbers) if analysis.solvable else ()
-        labels = {"num_solutions": len(found), "needs_fractions": analysis.needs_fractions, "solvable": analysis.solvable}
+        labels = {
+            "num_solutions": len(found),
+            "needs_fractions": analysis.needs_fractions,
+            "solvable": analysis.solvable,
+        }
         difficulty = extra["rank"] if cfg.split == "test" else _level(len(found), analysis.needs_fractions)
         text = prompt_text(numbers, cfg.mode, cfg.style, cfg.template, mention_unsolvable=cfg.allow_unsolvable)
         prompt: Prompt = [{"role": "user", "content": text}] if cfg.chat else text
@@ -300,9 +311,7 @@ class Game24Env(TextEnv):
         return obs, reward, terminated, truncated, info
 
 
-def _run_steps(
-    answer: str, numbers_left: tuple[Fraction, ...], task: Task
-) -> tuple[str, str, tuple[Fraction, ...]]:
+def _run_steps(answer: str, numbers_left: tuple[Fraction, ...], task: Task) -> tuple[str, str, tuple[Fraction, ...]]:
     """Apply the steps of one answer; returns (outcome, reason, numbers left).
 
     Outcomes: ``progress`` (legal, numbers remain), ``solved``, ``illegal`` (the steps before the illegal one

@@ -1,4 +1,4 @@
-"""Prompt and feedback texts of the Game24 env.
+r"""Prompt and feedback texts of the Game24 env.
 
 Two styles, as in the math env (:mod:`lrmgym.envs.math.templates`): ``compact`` prompts are a few characters
 (``Q:24 from 4 7 8 8. A:``), the format of the embedded character-level tiny model, so a model trained on
@@ -7,7 +7,7 @@ the answer template for real LLMs.
 
 The answer templates and their strict extraction are the math env's (:func:`lrmgym.envs.math.extract.extract_answer`),
 deliberately shared so that a format learnt on math means the same here: ``r1``
-(``<think>…</think><answer>…</answer>``), ``boxed`` (one ``\\boxed{…}``) and ``plain`` (a last line ``Answer: …``).
+(``<think>…</think><answer>…</answer>``), ``boxed`` (one ``\boxed{…}``) and ``plain`` (a last line ``Answer: …``).
 A missing or doubled answer, or text after it, is a format failure with its own reason.
 """
 
@@ -35,15 +35,15 @@ _INSTRUCTIONS = {
         "First think inside <think> </think>, then give only the {what} inside <answer> </answer>, exactly once, "
         "for example <think> reasoning </think><answer>{example}</answer>. Write nothing after </answer>."
     ),
-    "boxed": "Put the {what}, and only it, inside \\boxed{{}} exactly once, at the end, for example \\boxed{{{example}}}.",
+    "boxed": (
+        "Put the {what}, and only it, inside \\boxed{{}} exactly once, at the end, for example \\boxed{{{example}}}."
+    ),
     "plain": "End with one line 'Answer: <{what}>', for example 'Answer: {example}', and write nothing after it.",
 }
 _NO_SOLUTION = "If it cannot be done, answer 'no solution'. "
 
 
-def prompt_text(
-    numbers: Sequence[int], mode: str, style: Style, template: Template, mention_unsolvable: bool
-) -> str:
+def prompt_text(numbers: Sequence[int], mode: str, style: Style, template: Template, mention_unsolvable: bool) -> str:
     """The first prompt of a task."""
     nums = _numbers(numbers)
     if style == "compact":

@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
-from typing import Union
+from functools import cache
 
 __all__ = [
     "TARGET",
     "Analysis",
     "analyse",
+    "apply_op",
     "format_number",
     "format_operand",
     "reachable",
@@ -42,7 +42,7 @@ __all__ = [
 TARGET = 24
 """The default target of the game."""
 
-Number = Union[int, Fraction]
+Number = int | Fraction
 
 # A canonical expression form (see the module docstring), as nested tuples so it hashes and sorts:
 #   ("n", value)                         a puzzle number
@@ -79,7 +79,7 @@ def _combine(x: Number, y: Number, integral: bool) -> Iterator[Number]:
         yield y // x if integral else y / x
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reachable(ms: tuple[int, ...], integral: bool) -> frozenset:
     if len(ms) == 1:
         return frozenset((ms[0] if integral else Fraction(ms[0]),))
@@ -118,14 +118,16 @@ def _partners(y: Number, target: Number, integral: bool) -> Iterator[Number]:
             yield y // target if integral else y / target  # y / x (x is then non-zero)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _solvable(ms: tuple[int, ...], target: Number, integral: bool) -> bool:
     if len(ms) == 1:
         return ms[0] == target
     for left, right in _splits(ms):
         left_values = _reachable(left, integral)
         right_values = _reachable(right, integral)
-        small, large = (left_values, right_values) if len(left_values) <= len(right_values) else (right_values, left_values)
+        small, large = (
+            (left_values, right_values) if len(left_values) <= len(right_values) else (right_values, left_values)
+        )
         for y in small:
             if any(x in large for x in _partners(y, target, integral)):
                 return True
@@ -206,7 +208,8 @@ def _apply(op: str, a: Form, b: Form) -> Form:
     return _join("*", a, b, True)
 
 
-def _apply_value(op: str, x: Fraction, y: Fraction) -> Fraction | None:
+def apply_op(op: str, x: Fraction, y: Fraction) -> Fraction | None:
+    """``x op y`` exactly for ``op`` in ``+ - * /``; ``None`` for a division by zero."""
     if op == "+":
         return x + y
     if op == "-":
@@ -216,7 +219,7 @@ def _apply_value(op: str, x: Fraction, y: Fraction) -> Fraction | None:
     return None if y == 0 else x / y
 
 
-@lru_cache(maxsize=None)
+@cache
 def _forms(ms: tuple[int, ...]) -> dict[Fraction, frozenset]:
     """Value -> the canonical forms of all expressions over ``ms`` with that value."""
     if len(ms) == 1:
@@ -227,7 +230,7 @@ def _forms(ms: tuple[int, ...]) -> dict[Fraction, frozenset]:
         for x, x_forms in _forms(left).items():
             for y, y_forms in right_forms.items():
                 for op, swap in (("+", False), ("-", False), ("-", True), ("*", False), ("/", False), ("/", True)):
-                    value = _apply_value(op, y, x) if swap else _apply_value(op, x, y)
+                    value = apply_op(op, y, x) if swap else apply_op(op, x, y)
                     if value is None:
                         continue
                     bucket = by_value.setdefault(value, set())
@@ -246,7 +249,7 @@ def _target_forms(ms: tuple[int, ...], target: Fraction) -> set:
         left_forms, right_forms = _forms(left), _forms(right)
         for y, y_forms in right_forms.items():
             for op, swap in (("+", False), ("-", False), ("-", True), ("*", False), ("/", False), ("/", True)):
-                for x, x_forms in _matching(left_forms, op, swap, y, target):
+                for _, x_forms in _matching(left_forms, op, swap, y, target):
                     for fx in x_forms:
                         for fy in y_forms:
                             found.add(_apply(op, fy, fx) if swap else _apply(op, fx, fy))
@@ -320,8 +323,10 @@ def step_solution(numbers: Sequence[int], target: int = TARGET) -> tuple[str, ..
 
 
 def format_operand(value: Number) -> str:
-    """A step operand: like :func:`format_number`, but fractions and negatives in parentheses (``(8/3)``, ``(-5)``),
-    so that a written step re-parses to the same operands."""
+    """A step operand: :func:`format_number` with fractions and negatives in parentheses (``(8/3)``, ``(-5)``).
+
+    Written this way, a step re-parses to the same operands.
+    """
     value = Fraction(value)
     text = format_number(value)
     return text if value.denominator == 1 and value >= 0 else f"({text})"
@@ -336,7 +341,7 @@ def _step_search(pool: tuple[Fraction, ...], target: Fraction) -> list[str] | No
                 continue
             rest = tuple(v for k, v in enumerate(pool) if k not in (i, j))
             for op in ("+", "-", "*", "/"):
-                value = _apply_value(op, pool[i], pool[j])
+                value = apply_op(op, pool[i], pool[j])
                 if value is None:
                     continue
                 tail = _step_search((*rest, value), target)

@@ -35,7 +35,12 @@ ADVERSARIAL = [
     ("floor_division", "4*6//1*1", (1, 1, 4, 6), "operator '//' is not allowed: use + - * /"),
     ("modulo", "(1+2+3)*4%25", (1, 2, 3, 4), f"character '%' is not allowed: {CHARS}"),
     ("xor_caret", "4*6*1^1", (1, 1, 4, 6), f"character '^' is not allowed: {CHARS}"),
-    ("code_injection", "__import__('os').system('touch /tmp/lrm_pwned_24')", (1, 2, 3, 4), f"character '_' is not allowed: {CHARS}"),
+    (
+        "code_injection",
+        "__import__('os').system('touch /tmp/lrm_pwned_24')",
+        (1, 2, 3, 4),
+        f"character '_' is not allowed: {CHARS}",
+    ),
     ("attribute_access", "(24).real", (1, 2, 3, 4), DECIMALS),
     ("names", "a*b*c*d", (1, 2, 3, 4), f"character 'a' is not allowed: {CHARS}"),
     ("boolean_literal", "True*24", (1, 2, 3, 4), f"character 'T' is not allowed: {CHARS}"),
@@ -61,11 +66,26 @@ ADVERSARIAL = [
     ("leading_zero", "08*3*1*1", (1, 1, 3, 8), "not a valid expression: '08*3*1*1'"),
     ("empty", "   ", (1, 2, 3, 4), "empty expression"),
     ("too_long_1mb", "9" * (1 << 20), (1, 2, 3, 4), "too long: 1048576 characters, the limit is 200"),
-    ("deep_parentheses_100k", "(" * 100_000 + "1*2*3*4" + ")" * 100_000, (1, 2, 3, 4), "too long: 200007 characters, the limit is 200"),
-    ("deep_parentheses_short", "(" * 20 + "1*2*3*4" + ")" * 20, (1, 2, 3, 4), "nested too deeply: 20 levels of parentheses, the limit is 16"),
+    (
+        "deep_parentheses_100k",
+        "(" * 100_000 + "1*2*3*4" + ")" * 100_000,
+        (1, 2, 3, 4),
+        "too long: 200007 characters, the limit is 200",
+    ),
+    (
+        "deep_parentheses_short",
+        "(" * 20 + "1*2*3*4" + ")" * 20,
+        (1, 2, 3, 4),
+        "nested too deeply: 20 levels of parentheses, the limit is 16",
+    ),
     ("too_many_terms", "+".join(["1"] * 41), (1,) * 41, "too many terms: 122 syntax nodes, the limit is 64"),
     ("huge_literal", "1000000*0+24", (0, 24, 1000000), "number 1000000 is too large (the limit is 999999)"),
-    ("huge_intermediate", "*".join(["999999"] * 20), (999999,) * 20, "an intermediate value is too large (over 256 bits)"),
+    (
+        "huge_intermediate",
+        "*".join(["999999"] * 20),
+        (999999,) * 20,
+        "an intermediate value is too large (over 256 bits)",
+    ),
 ]
 
 
@@ -143,7 +163,9 @@ def test_check_answer_claims_and_suffixes():
         False, "claimed no solution, but the puzzle is solvable", claims_no_solution=True
     )
     for claim in ("no solution", "No solution.", "NONE", "impossible", "unsolvable"):
-        assert check_answer(claim, (1, 1, 1, 1), solvable=False) == CheckResult(True, "correct", claims_no_solution=True)
+        assert check_answer(claim, (1, 1, 1, 1), solvable=False) == CheckResult(
+            True, "correct", claims_no_solution=True
+        )
     assert check_answer("1+1+1+1", (1, 1, 1, 1), solvable=False) == CheckResult(
         False, "the puzzle has no solution; value is 4, not 24", value=Fraction(4)
     )
@@ -182,11 +204,20 @@ def test_steps_parse_exactly(text, left, op, right, result):
     [
         ("8 / 3 = 2.67", DECIMALS),
         ("8 / 3 = 3", "wrong arithmetic: 8 / 3 is 8/3, not 3"),
-        ("7 * 7 / 2 = 24", "each side of a step must be one number (8, -5 or a fraction in parentheses like (8/3)), got '7 * 7'"),
-        ("3 * 8/3 = 8", "each side of a step must be one number (8, -5 or a fraction in parentheses like (8/3)), got '3 * 8'"),
+        (
+            "7 * 7 / 2 = 24",
+            "each side of a step must be one number (8, -5 or a fraction in parentheses like (8/3)), got '7 * 7'",
+        ),
+        (
+            "3 * 8/3 = 8",
+            "each side of a step must be one number (8, -5 or a fraction in parentheses like (8/3)), got '3 * 8'",
+        ),
         ("8 ** 3 = 512", "operator '**' is not allowed: use + - * /"),
         ("1 / 0 = 1", "division by zero"),
-        ("8 / (3-3) = 1", "each side of a step must be one number (8, -5 or a fraction in parentheses like (8/3)), got '3 - 3'"),
+        (
+            "8 / (3-3) = 1",
+            "each side of a step must be one number (8, -5 or a fraction in parentheses like (8/3)), got '3 - 3'",
+        ),
         ("1/0 + 1 = 1", "division by zero"),
         ("24", "a step must look like '8 / 3 = 8/3': two numbers, one operator, '=', the result"),
         ("8 = 8", "a step must combine two numbers with one of + - * /, like '8 / 3 = 8/3'"),

@@ -24,7 +24,9 @@ def r1(answer: str) -> str:
 
 def puzzle(*numbers: int, solvable: bool = True) -> Task:
     """A hand-made task: the env needs only metadata['numbers'] and ['solvable']."""
-    return Task(id="hand/" + "-".join(map(str, numbers)), prompt="p", metadata={"numbers": numbers, "solvable": solvable})
+    return Task(
+        id="hand/" + "-".join(map(str, numbers)), prompt="p", metadata={"numbers": numbers, "solvable": solvable}
+    )
 
 
 def single_reference(task: Task) -> str:
@@ -107,7 +109,9 @@ def test_generated_tasks_carry_solver_labels():
         found = solver.solutions(numbers)
         assert task.metadata["num_solutions"] == len(found) > 0 and task.answer == found[0]
         assert task.metadata["needs_fractions"] == solver.analyse(numbers).needs_fractions
-        expected = "hard" if len(found) == 1 or task.metadata["needs_fractions"] else ("medium" if len(found) <= 4 else "easy")
+        expected = (
+            "hard" if len(found) == 1 or task.metadata["needs_fractions"] else ("medium" if len(found) <= 4 else "easy")
+        )
         assert task.difficulty == expected
 
 
@@ -135,7 +139,11 @@ def test_prompt_styles():
     assert "\\boxed{(1 + 2 + 3) * 4}" in prompt_text((1, 2, 3, 4), "single", "instruct", "boxed", False)
     assert "'Answer: 8 / 3 = 8/3'" in prompt_text((1, 2, 3, 4), "steps", "instruct", "plain", False)
     chat = Game24Env(chat=True, style="compact").task_at(0, seed=0).prompt
-    assert isinstance(chat, list) and chat[0]["role"] == "user" and re.fullmatch(r"Q:24 from( \d+){4}\. A:", chat[0]["content"])
+    assert (
+        isinstance(chat, list)
+        and chat[0]["role"] == "user"
+        and re.fullmatch(r"Q:24 from( \d+){4}\. A:", chat[0]["content"])
+    )
 
 
 # ------------------------------------------------------------------------------------------------ single
@@ -264,15 +272,20 @@ def test_pinning_a_foreign_task_without_numbers_is_a_clear_error():
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         env.reset(options={"task": Task(id="other/1", prompt="?")})
     verdict = env.verify(Task(id="other/1", prompt="?"), Completion("1"))
-    assert verdict.score is None and verdict.reason == "task 'other/1' has no metadata['numbers']; it is not a Game24 task"
+    assert (
+        verdict.score is None and verdict.reason == "task 'other/1' has no metadata['numbers']; it is not a Game24 task"
+    )
 
 
 def test_check_env_steps_mode_train():
     check_env(lrmgym.make("Game24-v0", mode="steps"), reference=steps_reference)
-    check_env(
-        lrmgym.make("Game24-v0", mode="steps", style="compact", template="plain", allow_unsolvable=True),
-        reference=lambda t: "Answer: " + ("; ".join(solver.step_solution(t.metadata["numbers"])) if t.metadata["solvable"] else "no solution"),
-    )  # fmt: skip
+
+    def plain_steps(task: Task) -> str:
+        steps = solver.step_solution(task.metadata["numbers"])
+        return "Answer: " + ("; ".join(steps) if steps else "no solution")
+
+    env = lrmgym.make("Game24-v0", mode="steps", style="compact", template="plain", allow_unsolvable=True)
+    check_env(env, reference=plain_steps)
 
 
 # ------------------------------------------------------------------------------------- garbage and hostility
@@ -357,7 +370,8 @@ def test_malformed_data_files_are_reported_with_their_line(tmp_path):
         load_held_out(bad_header)
     bad_row = tmp_path / "r.csv"
     bad_row.write_text(
-        "Rank,Puzzles,AMT (s),Solved rate,1-sigma Mean (s),1-sigma STD (s)\n1,1 1 4 6,4.4,99.20%,4.67,1.48\n2,1 x,1,1%,1,1\n"
+        "Rank,Puzzles,AMT (s),Solved rate,1-sigma Mean (s),1-sigma STD (s)\n"
+        "1,1 1 4 6,4.4,99.20%,4.67,1.48\n2,1 x,1,1%,1,1\n"
     )
     message = f"{bad_row}, line 3: cannot read '2,1 x,1,1%,1,1' as 'rank,n1 n2 n3 n4,seconds,rate%,...'"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):

@@ -25,9 +25,7 @@ def naive_solvable(pool: tuple[Fraction, ...], integral: bool = False, target: i
             rest = pool[:i] + pool[i + 1 : j] + pool[j + 1 :]
             results = [a + b, a - b, b - a, a * b] + ([a / b] if b else []) + ([b / a] if a else [])
             if any(
-                naive_solvable(rest + (r,), integral, target)
-                for r in results
-                if not integral or r.denominator == 1
+                naive_solvable(rest + (r,), integral, target) for r in results if not integral or r.denominator == 1
             ):
                 return True
     return False
@@ -97,7 +95,9 @@ def test_other_targets_and_sizes():
 
 
 def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match=f"^{re.escape('Puzzle numbers must be non-negative integers, got [-1, 2, 3, 4].')}$"):
+    with pytest.raises(
+        ValueError, match=f"^{re.escape('Puzzle numbers must be non-negative integers, got [-1, 2, 3, 4].')}$"
+    ):
         solver.analyse((-1, 2, 3, 4))
     with pytest.raises(ValueError, match=f"^{re.escape('A puzzle needs at least one number, got none.')}$"):
         solver.analyse(())
@@ -107,7 +107,12 @@ def test_bad_arguments_raise_clear_errors():
 
 
 def test_format_number_and_operand():
-    assert [solver.format_number(v) for v in (8, Fraction(8, 3), Fraction(-5), Fraction(-1, 3))] == ["8", "8/3", "-5", "-1/3"]
+    assert [solver.format_number(v) for v in (8, Fraction(8, 3), Fraction(-5), Fraction(-1, 3))] == [
+        "8",
+        "8/3",
+        "-5",
+        "-1/3",
+    ]
     assert [solver.format_operand(v) for v in (8, Fraction(8, 3), Fraction(-5))] == ["8", "(8/3)", "(-5)"]
 
 
