@@ -27,6 +27,7 @@ of groups routed, judge calls, the reward spread inside routed groups, and the a
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 import threading
 import time
@@ -111,6 +112,7 @@ class ArenaJudge(BaseJudge):
         reward_scale: Multiplies the [0, 1] tournament rewards.
         max_calls_per_group: Optional hard cap on judge calls per group.
         audit_pairs: Correct-vs-wrong pairs judged per mixed (non-routed) group, to audit the judge.
+        workers: Pairs judged concurrently (a trace's anchors are independent); 1 judges them in turn.
         seed: Seed of the presentation-order coin flips and of the audit's pair choice.
         name: The component's name.
         weight: The judge's weight.
@@ -133,6 +135,7 @@ class ArenaJudge(BaseJudge):
         reward_scale: float = 1.0,
         max_calls_per_group: int | None = None,
         audit_pairs: int = 0,
+        workers: int = 1,
         seed: int = 0,
         name: str | None = None,
         weight: float = 1.0,
@@ -147,6 +150,8 @@ class ArenaJudge(BaseJudge):
         self.pool, self.pool_size, self.max_prompts = pool, pool_size, max_prompts
         self.both_orders, self.l2, self.reward_scale = both_orders, l2, reward_scale
         self.max_calls_per_group, self.audit_pairs = max_calls_per_group, audit_pairs
+        self.workers = workers
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._pools: OrderedDict[str, _Pool] = OrderedDict()
@@ -174,16 +179,32 @@ class ArenaJudge(BaseJudge):
         return True
 
     # ---- judging one pair
-    def _judge_pair(self, task: Task, a: Completion, b: Completion) -> tuple[float | None, int]:
-        """Outcome for ``a`` against ``b`` and the number of judge calls made."""
+    def _judge_pairs(self, task: Task, pairs: list[tuple[Completion, Completion]]) -> list[tuple[float | None, int]]:
+        """Outcome for ``a`` against ``b`` of each pair, with the judge calls each took.
+
+        The presentation-order coin flips are drawn in order before any call, so results do not depend on
+        thread timing; with ``workers > 1`` the pairs are judged concurrently (LLM judges are I/O bound).
+        """
         if self.both_orders:
-            return both_orders(self.pairwise, task, a, b)
-        with self._lock:
-            swap = self._rng.random() < 0.5
-        if swap:
-            y = self.pairwise.compare(task, b, a)
-            return (None if y is None else 1.0 - y), 1
-        return self.pairwise.compare(task, a, b), 1
+            def run(k: int) -> tuple[float | None, int]:
+                return both_orders(self.pairwise, task, *pairs[k])
+        else:
+            with self._lock:
+                swaps = [self._rng.random() < 0.5 for _ in pairs]
+
+            def run(k: int) -> tuple[float | None, int]:
+                a, b = pairs[k]
+                if swaps[k]:
+                    y = self.pairwise.compare(task, b, a)
+                    return (None if y is None else 1.0 - y), 1
+                return self.pairwise.compare(task, a, b), 1
+
+        if self.workers > 1 and len(pairs) > 1:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(self.workers, "lrmgym-arena")
+            return list(self._executor.map(run, range(len(pairs))))
+        return [run(k) for k in range(len(pairs))]
 
     # ---- the tournament
     def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, int, int, int]:
@@ -203,10 +224,11 @@ class ArenaJudge(BaseJudge):
             pool.members.append(trace)
             pool.strengths = np.append(pool.strengths, 0.0)  # (k + 1,) warm start: the newcomer at 0
             added = False
-            for a in opponents:
-                if self.max_calls_per_group is not None and calls >= self.max_calls_per_group:
-                    break
-                y, n = self._judge_pair(task, trace, pool.members[a])
+            if self.max_calls_per_group is not None:
+                per_pair = 2 if self.both_orders else 1
+                opponents = opponents[: max(0, self.max_calls_per_group - calls) // per_pair]
+            results = self._judge_pairs(task, [(trace, pool.members[a]) for a in opponents])
+            for a, (y, n) in zip(opponents, results):
                 calls += n
                 if y is None:
                     failures += 1
@@ -233,10 +255,9 @@ class ArenaJudge(BaseJudge):
         if not right or not wrong:
             return 0, 0.0, 0
         pairs, agree, calls = 0, 0.0, 0
-        for _ in range(self.audit_pairs):
-            with self._lock:
-                a, b = self._rng.choice(right), self._rng.choice(wrong)
-            y, n = self._judge_pair(task, a, b)
+        with self._lock:
+            chosen = [(self._rng.choice(right), self._rng.choice(wrong)) for _ in range(self.audit_pairs)]
+        for y, n in self._judge_pairs(task, chosen):
             calls += n
             if y is not None:
                 pairs, agree = pairs + 1, agree + y  # y = 1: the judge prefers the correct trace
@@ -359,6 +380,8 @@ class ArenaJudgeConfig(JudgeConfigBase):
     """Hard cap on judge calls per routed group; None: no cap beyond the schedule's (3G - 6 with 3 anchors)."""
     audit_pairs: int = Field(0, ge=0, le=64)
     """Correct-vs-wrong pairs judged per mixed group that was not routed, to audit the judge against the verifier."""
+    workers: int = Field(1, ge=1, le=64)
+    """Comparisons run concurrently (a trace's anchors are independent); raise it for LLM judges."""
     seed: int = Field(0, ge=0)
     """Seed of the presentation-order coin flips and the audit's pair choice."""
 
@@ -368,6 +391,7 @@ class ArenaJudgeConfig(JudgeConfigBase):
             self.pairwise.build(), route_when=self.route_when, tournament=self.tournament,
             num_anchors=self.num_anchors, pool=self.pool, pool_size=self.pool_size, max_prompts=self.max_prompts,
             both_orders=self.both_orders, l2=self.l2, reward_scale=self.reward_scale,
-            max_calls_per_group=self.max_calls_per_group, audit_pairs=self.audit_pairs, seed=self.seed,
+            max_calls_per_group=self.max_calls_per_group, audit_pairs=self.audit_pairs, workers=self.workers,
+            seed=self.seed,
             name=self.name, weight=self.weight,
         )  # fmt: skip

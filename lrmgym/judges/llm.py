@@ -41,7 +41,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from lrmgym.core import Completion, Prompt, Task, Verdict
+from lrmgym.core import Completion, Component, Prompt, Task, Verdict
 from lrmgym.judges.base import (
     BaseJudge,
     ContentCache,
@@ -239,7 +239,7 @@ class _BoundedCaller:
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self.sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
-        self.chat = chat
+        self.chat, self.workers = chat, workers
         self.stats = JudgeStats()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lrmgym-judge")
         self._sleep = sleep
@@ -403,6 +403,8 @@ class LLMPointwiseJudge(_LLMJudgeMixin, BaseJudge):
         super().__init__(name, weight)
         self.scale = scale
         self._setup(policy, options, POINTWISE_RUBRIC)
+        self._fanout: concurrent.futures.ThreadPoolExecutor | None = None
+        self._fanout_lock = threading.Lock()
 
     def build_prompt(self, task: Task, completion: Completion) -> str:
         """The judge prompt for one candidate (fresh nonce every time)."""
@@ -412,6 +414,15 @@ class LLMPointwiseJudge(_LLMJudgeMixin, BaseJudge):
         return _POINTWISE.format(
             rubric=self.rubric, n=nonce, problem=problem, reference=reference, candidate=candidate, scale=self.scale
         )
+
+    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+        """Grade the group's completions concurrently (up to ``workers`` calls in flight); results in order."""
+        if len(completions) < 2 or self._caller.workers < 2:
+            return super().score_group(task, completions, verdicts)
+        with self._fanout_lock:
+            if self._fanout is None:
+                self._fanout = concurrent.futures.ThreadPoolExecutor(self._caller.workers, "lrmgym-judge-fanout")
+        return list(self._fanout.map(lambda cv: self.score(task, *cv), zip(completions, verdicts, strict=True)))
 
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
         key = content_hash("pointwise", self.rubric, self.scale, self.include_reference, task.prompt,

@@ -13,7 +13,9 @@ from lrmgym.core import Completion, Task, Verdict
 from lrmgym.judges.arena import ArenaJudge, ArenaJudgeConfig, select_anchors
 from lrmgym.judges.base import JudgedEnv
 from lrmgym.judges.bradley_terry import fit_bradley_terry
+from lrmgym.judges.llm import LLMPairwiseJudge
 from lrmgym.testing import ScriptedPolicy
+from test_llm import SlowCountingPolicy  # the same directory; pytest puts it on sys.path
 
 TASK = Task(id="p/0", prompt="Q", answer="1")
 
@@ -250,8 +252,16 @@ def test_llm_pairwise_judge_inside_the_arena_with_a_scripted_model():
         b = re.search(r"<<<BEGIN SOLUTION B (\w+)>>>\n(.*?)\n<<<END SOLUTION B \1>>>", text, re.S).group(2)
         return "VERDICT: " + ("A" if len(a) > len(b) else "B" if len(b) > len(a) else "TIE")
 
-    from lrmgym.judges.llm import LLMPairwiseJudge
-
     arena = ArenaJudge(LLMPairwiseJudge(ScriptedPolicy(judge_by_length)))
     out = arena.score_group(TASK, [Completion("x" * n) for n in (3, 1, 5, 2)], [Verdict(score=0.0)] * 4)
     assert [c.score for c in out][2] == 1.0 and [c.score for c in out][1] == 0.0
+
+
+def test_concurrent_workers_give_the_same_rewards_as_sequential_judging():
+    seq = ArenaJudge(ValueJudge(), seed=3).score_group(TASK, *_group([5, 1, 9, 3, 7, 2, 8, 4]))
+    par = ArenaJudge(ValueJudge(), seed=3, workers=3).score_group(TASK, *_group([5, 1, 9, 3, 7, 2, 8, 4]))
+    assert [c.score for c in par] == [c.score for c in seq]
+    slow = SlowCountingPolicy("VERDICT: TIE")
+    arena = ArenaJudge(LLMPairwiseJudge(slow, cache_size=0), workers=3)
+    arena.score_group(TASK, *_group(range(6)))
+    assert slow.peak > 1 and arena.pop_metrics()["judge_calls"] == 12

@@ -330,3 +330,30 @@ def test_config_rejects_a_bad_policy_with_a_clear_message():
         PointwiseJudgeConfig(policy={"kind": "opnai"})
     with pytest.raises(pydantic.ValidationError, match="expected a policy config with a kind"):
         PairwiseJudgeConfig(policy="gpt-4")
+
+
+class SlowCountingPolicy:
+    """Answers SCORE: 5 / VERDICT: A after a short sleep and records the most calls in flight at once."""
+
+    def __init__(self, reply: str, delay_s: float = 0.05) -> None:
+        import threading
+
+        self.reply, self.delay_s, self.in_flight, self.peak = reply, delay_s, 0, 0
+        self._lock = threading.Lock()
+
+    def generate(self, prompts, n=1, sampling=None):
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        time.sleep(self.delay_s)
+        with self._lock:
+            self.in_flight -= 1
+        return [[Completion(self.reply)] for _ in prompts]
+
+
+def test_pointwise_group_calls_run_concurrently_and_keep_order():
+    policy = SlowCountingPolicy("SCORE: 5")
+    judge = LLMPointwiseJudge(policy, workers=4, cache_size=0)
+    comps = judge.score_group(TASK, [Completion(str(k)) for k in range(8)], [Verdict(score=0.0)] * 8)
+    assert [c.score for c in comps] == [0.5] * 8 and policy.peak > 1
+    assert judge.stats()["llm_calls"] == 8
