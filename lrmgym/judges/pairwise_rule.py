@@ -44,7 +44,9 @@ _OPS = {"+": 1, "-": 1, "*": 2, "/": 2, "×": 2, "÷": 2}
 
 
 def _evaluate(expr: str) -> Fraction | None:
-    """Evaluate ``+ - * / ( )`` over decimals exactly (shunting-yard); ``None`` if malformed or dividing by 0.
+    """Evaluate ``+ - * / ( )`` over decimals exactly (shunting-yard); ``None`` if malformed.
+
+    Raises :class:`ZeroDivisionError` for a well-formed division by zero (a wrong step, not a malformed one).
 
     Hand-written rather than ``eval``/sympy: the text is hostile, and only these operators are wanted.
     """
@@ -63,7 +65,7 @@ def _evaluate(expr: str) -> Fraction | None:
             return False
         b, a = out.pop(), out.pop()
         if op in "/÷" and b == 0:
-            return False
+            raise ZeroDivisionError("division by zero in a written step")
         out.append(a + b if op == "+" else a - b if op == "-" else a * b if op in "*×" else a / b)
         return True
 
@@ -130,7 +132,11 @@ def check_steps(text: str) -> tuple[int, int]:
     for lhs, rhs in _equations(text[:_MAX_TEXT]):
         if not re.search(r"\d\s*[-+*/×÷]", lhs):  # "x = 5" or a bare number is not an arithmetic step
             continue
-        value = _evaluate(lhs)
+        try:
+            value = _evaluate(lhs)
+        except ZeroDivisionError:
+            wrong += 1
+            continue
         if value is None:
             continue
         if value == Fraction(rhs):

@@ -23,7 +23,13 @@ def test_evaluate_is_exact_with_precedence(expr, value):
     assert _evaluate(expr) == value
 
 
-@pytest.mark.parametrize("expr", ["1/0", "2**3", "1+", "(1+2", "1+2)", "()", "1 2", "abc", "", "+"])
+def test_division_by_zero_is_a_wrong_step():
+    with pytest.raises(ZeroDivisionError):
+        _evaluate("1/(2-2)")
+    assert check_steps("1/0=3, 2+2=4") == (1, 1)
+
+
+@pytest.mark.parametrize("expr", ["2**3", "1+", "(1+2", "1+2)", "()", "1 2", "abc", "", "+"])
 def test_evaluate_rejects_malformed_input(expr):
     assert _evaluate(expr) is None
 
