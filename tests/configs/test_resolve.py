@@ -34,7 +34,7 @@ def test_group_tokens_apply_before_dotted_ones():
 
 
 def test_yaml_scalars_including_exponent_without_dot():
-    groups, dotted = parse_overrides(["learner.lr=1e-6", "a.b=true", "a.c=[1, 4]", "a.d=text", "a.e="])
+    groups, dotted = parse_overrides(["learner.lr=1e-6", "run.b=true", "run.c=[1, 4]", "run.d=text", "run.e="])
     assert [v for _, v, _ in dotted] == [1e-6, True, [1, 4], "text", ""]
 
 
