@@ -9,8 +9,12 @@ not. The same instance serves two modes:
   a single 24 remains. An illegal step gets a clear message and a configurable penalty.
 
 Two splits: ``train`` draws puzzles from a seeded generator over every distinct four-number puzzle of a range
-(labelled by the solver: number of distinct solutions, need for fractions); ``test`` serves the 1 362 ToT
-puzzles (``24.csv``) in rank order, labelled by their human solve-time rank.
+(labelled by the solver: number of distinct solutions, need for fractions; difficulty ``easy``/``medium``/``hard``/
+``unsolvable``); ``test`` serves the 1 362 ToT puzzles (``24.csv``) in rank order, labelled by their human
+solve-time rank (difficulty = rank bucket of 100, see :data:`RANK_BUCKET`; both splits also carry the solver labels).
+
+Note: the 1 362 puzzles of 24.csv are exactly the solvable puzzles over 1..13, so the default train split (1..13)
+generates only test puzzles. For a train-then-test experiment set ``held_out_ranks`` (e.g. ``[901, 1000]``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ DEFAULT_UNSOLVABLE_RATIO = 0.25
 DEFAULT_STEP_PENALTY = 0.1
 DEFAULT_STEP_TURNS = 6
 MAX_STEPS_PER_ANSWER = 8
+RANK_BUCKET = 100
+"""Test-split difficulty: the human solve-time rank in buckets of 100 (1 = ranks 1-100, 10 = ranks 901-1000, ToT's
+test range, 14 = ranks 1301-1362), so that results by difficulty have 14 rows, not 1 362. ``metadata['rank']``
+keeps the exact rank."""
 _STEP_SPLIT = re.compile(r"[;\n]")
 
 
@@ -215,7 +223,10 @@ class Game24Env(TextEnv):
             "needs_fractions": analysis.needs_fractions,
             "solvable": analysis.solvable,
         }
-        difficulty = extra["rank"] if cfg.split == "test" else _level(len(found), analysis.needs_fractions)
+        if cfg.split == "test":
+            difficulty: int | str = (extra["rank"] - 1) // RANK_BUCKET + 1
+        else:
+            difficulty = _level(len(found), analysis.needs_fractions)
         text = prompt_text(numbers, cfg.mode, cfg.style, cfg.template, mention_unsolvable=cfg.allow_unsolvable)
         prompt: Prompt = [{"role": "user", "content": text}] if cfg.chat else text
         metadata = {

@@ -301,6 +301,13 @@ def test_garbage_scores_near_zero_and_never_crashes(mode):
         assert verdict.score is not None, verdict.reason
         scores.append(verdict.score)
     assert max(scores) <= 0.0  # random text never solves a puzzle
+    # What a tiny model trained on env=math writes (the OOD probe): well-formed, numerically off-task.
+    for text in (
+        "<think>93+13=106;106+41=147</think><answer>147</answer>",
+        "<think>x-50=42</think><answer>92</answer>",
+    ):
+        verdict = env.verify(puzzle(1, 1, 4, 6), Completion(text))
+        assert verdict.score is not None and verdict.score <= 0.0 and verdict.correct is False, verdict.reason
     adversarial = AdversarialPolicy()
     task = env.task_at(0, seed=9)
     for completion in adversarial.generate([task.prompt], n=len(ADVERSARIAL_OUTPUTS))[0]:
@@ -332,6 +339,9 @@ def test_test_split_serves_24csv_in_rank_order(shared_data):
     env = lrmgym.make("Game24-v0", split="test", data_path=str(shared_data / "game24" / "24.csv"))
     first = env.task_at(0, seed=0)
     assert first.id == "game24/test/1" and first.metadata["numbers"] == (1, 1, 4, 6) and first.difficulty == 1
+    assert [env.task_at(i, seed=0).difficulty for i in (99, 100, 900, 999, 1361)] == [1, 2, 10, 10, 14]
+    assert env.task_at(1349, seed=0).metadata["numbers"] == (3, 3, 8, 8)
+    assert env.task_at(1349, seed=0).metadata["needs_fractions"] is True
     assert first.metadata["human_solve_time_s"] == 4.4 and first.metadata["human_solved_rate"] == pytest.approx(0.992)
     assert env.task_at(1361, seed=0).id == "game24/test/1362"
     assert env.task_at(1362, seed=7) == first  # index wraps; the seed does not change a sequential split
