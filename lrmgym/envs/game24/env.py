@@ -20,6 +20,7 @@ generates only test puzzles. For a train-then-test experiment set ``held_out_ran
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -133,13 +134,17 @@ class Game24Config(BaseModel):
 class Game24Env(TextEnv):
     """The 24-point game: four numbers, + - * / and parentheses, make 24; single-shot or step by step.
 
-    Rewards: single mode scores 1.0 for a correct expression (or a right 'no solution'), else 0.0. Steps mode
-    scores each turn with the episode's score so far: 1.0 once solved, minus ``step_penalty`` per illegal step
-    so far. The reward of a step is that running score (so the last reward is the episode's return, as
-    ``Trajectory.reward`` reads it); it is not an increment to be summed.
+    Rewards: single mode scores 1.0 for a correct expression (or a right 'no solution'), else 0.0.
 
-    ``verify(task, completion)`` grades a completion from the puzzle's start (in steps mode the completion may
-    hold several steps, one per line or separated by ';'); ``step`` grades from the episode's current numbers.
+    Steps mode is stateless: every answer lists the steps from the start of the puzzle (separated by ';' or
+    newlines), each turn adding one, and the env replays them all from the puzzle's numbers. That is what lets
+    both ``env.step`` and the GRPO rollout (which grades each turn with ``score_group`` and asks ``feedback``,
+    with no episode state in the env) run the same episode; it also lets a model revise earlier steps after a
+    dead end. A turn scores 1.0 when a single 24 is left (or on a right 'no solution'), ``-step_penalty`` when a
+    step is illegal (or the format is broken), else 0.0. The episode ends when solved, on a wrong 'no solution'
+    claim, or after ``max_turns``. Since ``Trajectory.reward`` is the last verdict's score, an illegal step in an
+    earlier turn is penalised in that turn's reward (gymnasium's sum of rewards) but not in the trajectory reward
+    the learner uses; see the hook proposed in the Game24 report.
     """
 
     Config = Game24Config
@@ -157,11 +162,6 @@ class Game24Env(TextEnv):
             self._held_out = self._select_ranks(load_held_out(cfg.data_path))
         if cfg.split == "train":
             self._build_train_pool()
-        # Episode state of steps mode: the numbers left, illegal steps so far, and the last turn's outcome.
-        self._numbers_left: tuple[Fraction, ...] = ()
-        self._illegal = 0
-        self._outcome = ""
-        self._grading_episode = False
 
     # ------------------------------------------------------------------------------------------ task sources
     def _select_ranks(self, puzzles: tuple[HeldOutPuzzle, ...]) -> tuple[HeldOutPuzzle, ...]:
@@ -260,103 +260,91 @@ class Game24Env(TextEnv):
         result = check_answer(extracted.answer, task.metadata["numbers"], bool(task.metadata.get("solvable", True)))
         return _verdict(float(result.ok), result.ok, extracted.answer[:MAX_EXPR_CHARS], result.reason, format_ok=True)
 
-    def _verify_steps(self, task: Task, text: str) -> Verdict:
-        in_episode = self._grading_episode and task is self._task
-        numbers_left = self._numbers_left if in_episode else tuple(Fraction(n) for n in task.metadata["numbers"])
-        illegal = self._illegal if in_episode else 0
+    def _replay(self, task: Task, text: str) -> tuple[Replay, str | None, bool]:
+        """Extract the answer and replay its steps from the puzzle's numbers: (replay, answer, format ok)."""
         extracted = extract_answer(text, self.config.template)
         if extracted.answer is None:
-            outcome, reason = "illegal", extracted.reason
-        else:
-            outcome, reason, numbers_left = _run_steps(extracted.answer, numbers_left, task)
-        illegal += outcome == "illegal"
-        won = outcome in ("solved", "no_solution")
-        score = float(won) - self._penalty * illegal
-        correct = True if won else (None if outcome == "progress" else False)
-        if in_episode:
-            self._numbers_left, self._illegal, self._outcome = numbers_left, illegal, outcome
-        parsed = None if extracted.answer is None else extracted.answer[: 4 * MAX_EXPR_CHARS]
-        components = (
-            Component("solved", float(won), reason=reason),
-            Component("illegal_steps", -self._penalty * illegal, reason=f"{illegal} illegal step(s) so far"),
-        )
+            start = tuple(sorted(Fraction(n) for n in task.metadata["numbers"]))
+            return Replay("illegal", extracted.reason, start), None, False
+        return replay_steps(extracted.answer, task), extracted.answer, True
+
+    def _verify_steps(self, task: Task, text: str) -> Verdict:
+        replay, answer, format_ok = self._replay(task, text)
+        won = replay.outcome in ("solved", "no_solution")
+        score = 1.0 if won else (-self._penalty if replay.outcome == "illegal" else 0.0)
+        correct = True if won else (None if replay.outcome == "progress" else False)
         return Verdict(
             score=score,
             correct=correct,
-            parsed=parsed,
-            reason=reason,
-            components=components,
-            format_ok=extracted.ok,
+            parsed=None if answer is None else answer[: MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS],
+            reason=replay.reason,
+            components=(Component("steps", score, reason=replay.reason),),
+            format_ok=format_ok,
         )
 
     def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
-        """Steps mode: the numbers left after a legal step, or why a step was illegal; ``None`` ends the episode."""
-        if self.config.mode != "steps" or self._outcome in ("dead_end", "wrong_claim"):
+        """Steps mode: the numbers left after the answer's steps, or why a step was illegal; ``None`` ends it.
+
+        Stateless: the answer is replayed from the puzzle's numbers (the same work as :meth:`verify`, a few
+        hundred microseconds), so it is right however the episode is driven (``step``, or the GRPO rollout's
+        ``score_group`` + ``feedback``) and whatever judges changed in ``verdict``.
+        """
+        if self.config.mode != "steps":
             return None
-        legal = self._outcome == "progress"
-        return feedback_text(self.config.style, legal, verdict.reason, self._numbers_left, self._penalty)
-
-    # ------------------------------------------------------------------------------------------ episode hooks
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Prompt, dict]:
-        """Start an episode (see :class:`~lrmgym.core.TextEnv`); steps mode starts from the puzzle's numbers."""
-        prompt, info = super().reset(seed=seed, options=options)
-        numbers = info["task"].metadata.get("numbers")
-        if not numbers:
-            raise ValueError(
-                f"Game24Env cannot play task {info['task'].id!r}: its metadata has no 'numbers'. Pin a task made by "
-                "a Game24 env (env.task_at(i)) or add metadata={'numbers': (a, b, c, d), 'solvable': True}."
-            )
-        self._numbers_left = tuple(Fraction(n) for n in numbers)
-        self._illegal, self._outcome = 0, ""
-        return prompt, info
-
-    def step(self, action: Completion | str) -> tuple[Prompt, float, bool, bool, dict[str, Any]]:
-        """Grade one turn; in steps mode the completion is applied to the episode's current numbers."""
-        self._grading_episode = True
-        try:
-            obs, reward, terminated, truncated, info = super().step(action)
-        finally:
-            self._grading_episode = False
-        if self.config.mode == "steps":
-            info["numbers_left"] = [format_number(n) for n in self._numbers_left]
-        return obs, reward, terminated, truncated, info
+        replay, _, _ = self._replay(task, completion.text)
+        if replay.outcome == "wrong_claim":
+            return None
+        return feedback_text(self.config.style, replay.outcome, replay.reason, replay.numbers_left, self._penalty)
 
 
-def _run_steps(answer: str, numbers_left: tuple[Fraction, ...], task: Task) -> tuple[str, str, tuple[Fraction, ...]]:
-    """Apply the steps of one answer; returns (outcome, reason, numbers left).
+@dataclass(frozen=True)
+class Replay:
+    """The result of replaying one steps-mode answer from the puzzle's numbers.
 
-    Outcomes: ``progress`` (legal, numbers remain), ``solved``, ``illegal`` (the steps before the illegal one
-    stay applied), ``dead_end`` (one number left, not 24), ``no_solution`` (a right 'no solution' claim) and
-    ``wrong_claim`` (a 'no solution' claim on a solvable puzzle).
+    Attributes:
+        outcome: ``progress`` (legal, numbers remain), ``solved``, ``illegal`` (the steps before the illegal one
+            still count for the numbers left), ``dead_end`` (one number left, not 24), ``no_solution`` (a right
+            'no solution' claim) or ``wrong_claim`` (a 'no solution' claim on a solvable puzzle).
+        reason: What happened, for the verdict and the feedback.
+        numbers_left: The numbers after the legal steps, sorted.
     """
+
+    outcome: str
+    reason: str
+    numbers_left: tuple[Fraction, ...]
+
+
+def replay_steps(answer: str, task: Task) -> Replay:
+    """Replay the steps of one answer (one per line or separated by ';') from the numbers of ``task``."""
+    numbers_left = tuple(sorted(Fraction(n) for n in task.metadata["numbers"]))
     if answer.lower().rstrip(".").strip() in NO_SOLUTION_ANSWERS:
         if task.metadata.get("solvable", True):
-            return "wrong_claim", "claimed no solution, but the puzzle is solvable", numbers_left
-        return "no_solution", "correct: the puzzle has no solution", numbers_left
-    if len(answer) > MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS:
-        limit = MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS
-        return "illegal", f"too long: {len(answer)} characters, the limit is {limit}", numbers_left
+            return Replay("wrong_claim", "claimed no solution, but the puzzle is solvable", numbers_left)
+        return Replay("no_solution", "correct: the puzzle has no solution", numbers_left)
+    limit = MAX_STEPS_PER_ANSWER * MAX_EXPR_CHARS
+    if len(answer) > limit:
+        return Replay("illegal", f"too long: {len(answer)} characters, the limit is {limit}", numbers_left)
     texts = [t for t in _STEP_SPLIT.split(answer) if t.strip()]
     if not texts:
-        return "illegal", "empty step: write a step like '8 / 3 = 8/3'", numbers_left
+        return Replay("illegal", "no step: write a step like '8 / 3 = 8/3'", numbers_left)
     if len(texts) > MAX_STEPS_PER_ANSWER:
-        return "illegal", f"{len(texts)} steps in one answer, the limit is {MAX_STEPS_PER_ANSWER}", numbers_left
-    done = []
-    for text in texts:
+        return Replay("illegal", f"{len(texts)} steps, the limit is {MAX_STEPS_PER_ANSWER}", numbers_left)
+    done: list[str] = []
+    for number, text in enumerate(texts, start=1):
         if len(numbers_left) < 2:
-            return "illegal", f"no numbers left to combine after {'; '.join(done)}", numbers_left
+            return Replay("illegal", f"step {number}: no numbers left to combine", numbers_left)
         try:
             step = parse_step(text)
             numbers_left = apply_step(numbers_left, step)
         except CheckError as err:
-            return "illegal", str(err), numbers_left
-        done.append(str(step))
-    summary = "; ".join(done)
+            return Replay("illegal", f"step {number}: {err}", numbers_left)
+        done.append(str(step))  # the normalised step, not the model's text
+    steps = "; ".join(done)
     if len(numbers_left) > 1:
-        return "progress", summary, numbers_left
+        return Replay("progress", f"legal: {steps}", numbers_left)
     if numbers_left[0] == TARGET:
-        return "solved", f"solved: {summary}", numbers_left
-    return "dead_end", f"dead end: {summary} leaves {format_number(numbers_left[0])}, not {TARGET}", numbers_left
+        return Replay("solved", f"solved: {steps}", numbers_left)
+    return Replay("dead_end", f"dead end: {steps} leaves {format_number(numbers_left[0])}, not {TARGET}", numbers_left)
 
 
 def _verdict(score: float, correct: bool, parsed: str | None, reason: str, format_ok: bool) -> Verdict:

@@ -56,20 +56,35 @@ def prompt_text(numbers: Sequence[int], mode: str, style: Style, template: Templ
             f"{maybe}{_INSTRUCTIONS[template].format(what='expression', example='(1 + 2 + 3) * 4')}"
         )
     return (
-        f"Make 24 from the numbers {nums}, one step at a time. Each step combines two of the remaining numbers with "
-        "one of +, -, *, / and states the exact result, for example '8 / 3 = 8/3' (write fractions as p/q and put a "
-        "fraction that follows an operator in parentheses: '2 / (8/3) = 3/4'). I check each step and reply with the "
-        f"numbers left; you win when a single 24 is left. {maybe}Give one step per turn. "
-        f"{_INSTRUCTIONS[template].format(what='step', example='8 / 3 = 8/3')}"
+        f"Make 24 from the numbers {nums}, one step per turn. A step combines two of the numbers left with one of "
+        "+, -, *, / and states the exact result, for example '8 / 3 = 8/3' (write fractions as p/q and put a fraction "
+        "that follows an operator in parentheses: '2 / (8/3) = 3/4'). Each turn, write all your steps so far, "
+        "separated by ';', with one new step at the end; I check them from the start and reply with the numbers "
+        f"left. You win when a single 24 is left; you may revise earlier steps. {maybe}"
+        f"{_INSTRUCTIONS[template].format(what='steps', example='8 / 3 = 8/3; 3 - (8/3) = 1/3')}"
     )
 
 
-def feedback_text(style: Style, legal: bool, reason: str, remaining: Sequence[Fraction], penalty: float) -> str:
-    """The env's reply after a step of step mode that did not end the episode."""
-    left = _numbers(remaining)
+def feedback_text(style: Style, outcome: str, reason: str, numbers_left: Sequence[Fraction], penalty: float) -> str:
+    """The env's reply to a steps-mode answer that did not end the episode.
+
+    Args:
+        style: ``compact`` or ``instruct``.
+        outcome: ``progress``, ``illegal`` or ``dead_end`` (see :class:`lrmgym.envs.game24.env.Replay`).
+        reason: The replay's reason (``"legal: 8 / 3 = 8/3"``, ``"step 2: 9 is not one of ..."``).
+        numbers_left: The numbers after the answer's legal steps.
+        penalty: The step penalty, named in the reply to an illegal step when non-zero.
+    """
+    left = _numbers(numbers_left)
     if style == "compact":
-        return f" ok left {left}. A:" if legal else f" bad: {reason}. left {left}. A:"
-    if legal:
-        return f"Legal step: {reason}. Numbers left: {left}. Next step?"
+        return f" ok left {left}. A:" if outcome == "progress" else f" bad: {reason}. left {left}. A:"
+    if outcome == "progress":
+        steps = reason.removeprefix("legal: ")
+        return f"Correct so far: {steps}. Numbers left: {left}. Reply with all your steps so far plus the next one."
+    if outcome == "dead_end":
+        return f"Dead end: {reason.removeprefix('dead end: ')}. Reply with a new sequence of steps from the start."
     cost = f" (penalty {penalty:g})" if penalty else ""
-    return f"Illegal step{cost}: {reason}. Numbers left: {left}. Try another step."
+    return (
+        f"Illegal step{cost}: {reason}. Numbers left after your legal steps: {left}. "
+        "Reply with your steps from the start, corrected."
+    )

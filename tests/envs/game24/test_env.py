@@ -34,7 +34,7 @@ def single_reference(task: Task) -> str:
 
 
 def steps_reference(task: Task) -> str:
-    return r1("\n".join(solver.step_solution(task.metadata["numbers"])))
+    return r1("; ".join(solver.step_solution(task.metadata["numbers"])))
 
 
 # ------------------------------------------------------------------------------------------------ options
@@ -137,7 +137,7 @@ def test_prompt_styles():
     assert instruct.startswith("Use the numbers 4 7 8 8 and the operations +, -, *, / with parentheses to make 24.")
     assert "<answer>(1 + 2 + 3) * 4</answer>" in instruct
     assert "\\boxed{(1 + 2 + 3) * 4}" in prompt_text((1, 2, 3, 4), "single", "instruct", "boxed", False)
-    assert "'Answer: 8 / 3 = 8/3'" in prompt_text((1, 2, 3, 4), "steps", "instruct", "plain", False)
+    assert "'Answer: 8 / 3 = 8/3; 3 - (8/3) = 1/3'" in prompt_text((1, 2, 3, 4), "steps", "instruct", "plain", False)
     chat = Game24Env(chat=True, style="compact").task_at(0, seed=0).prompt
     assert (
         isinstance(chat, list)
@@ -191,53 +191,60 @@ def test_check_env_single_mode_train():
 def test_steps_episode_with_an_illegal_step_then_solved():
     env = Game24Env(mode="steps")
     assert env.max_turns == 6
-    prompt, _ = env.reset(options={"task": puzzle(3, 3, 8, 8)})
+    env.reset(options={"task": puzzle(3, 3, 8, 8)})
     obs, reward, terminated, truncated, info = env.step(r1("8 / 3 = 8/3"))
-    assert obs == "Legal step: 8 / 3 = 8/3. Numbers left: 8/3 3 8. Next step?"
-    assert (reward, terminated, truncated, info["verdict"].correct) == (0.0, False, False, None)
-    assert info["numbers_left"] == ["8/3", "3", "8"]
-    obs, reward, terminated, truncated, info = env.step(r1("9 - 1 = 8"))
     assert obs == (
-        "Illegal step (penalty 0.1): 9 is not one of the remaining numbers (8/3 3 8). Numbers left: 8/3 3 8. "
-        "Try another step."
+        "Correct so far: 8 / 3 = 8/3. Numbers left: 8/3 3 8. Reply with all your steps so far plus the next one."
+    )
+    assert (reward, terminated, truncated, info["verdict"].correct) == (0.0, False, False, None)
+    obs, reward, terminated, truncated, info = env.step(r1("8 / 3 = 8/3; 9 - 1 = 8"))
+    assert obs == (
+        "Illegal step (penalty 0.1): step 2: 9 is not one of the remaining numbers (8/3 3 8). Numbers left after "
+        "your legal steps: 8/3 3 8. Reply with your steps from the start, corrected."
     )
     assert (reward, terminated, truncated, info["verdict"].correct) == (-0.1, False, False, False)
-    obs, reward, *_ = env.step(r1("3 - 8/3 = 1/3"))
-    assert obs == "Legal step: 3 - (8/3) = 1/3. Numbers left: 1/3 8. Next step?" and reward == -0.1
-    obs, reward, terminated, truncated, info = env.step(r1("8 / (1/3) = 24"))
-    assert (obs, terminated, truncated, info["verdict"].correct) == ("", True, False, True)
-    assert reward == pytest.approx(0.9)  # 1 for solving, minus 0.1 for the one illegal step
-    assert [c.name for c in info["verdict"].components] == ["solved", "illegal_steps"]
+    obs, reward, *_ = env.step(r1("8 / 3 = 8/3\n3 - 8/3 = 1/3"))
+    assert obs == (
+        "Correct so far: 8 / 3 = 8/3; 3 - (8/3) = 1/3. Numbers left: 1/3 8. Reply with all your steps so far plus "
+        "the next one."
+    )
+    assert reward == 0.0
+    obs, reward, terminated, truncated, info = env.step(r1("8 / 3 = 8/3; 3 - (8/3) = 1/3; 8 / (1/3) = 24"))
+    assert (obs, reward, terminated, truncated, info["verdict"].correct) == ("", 1.0, True, False, True)
+    assert info["verdict"].reason == "solved: 8 / 3 = 8/3; 3 - (8/3) = 1/3; 8 / (1/3) = 24"
     with pytest.raises(ResetNeeded):
         env.step(r1("24 + 0 = 24"))
 
 
-def test_steps_dead_end_truncation_and_format_failures():
-    env = Game24Env(mode="steps", max_turns=2, step_penalty=0.25, style="compact")
-    env.reset(options={"task": puzzle(1, 1, 4, 6)})
-    obs, reward, terminated, truncated, info = env.step("no tags at all")
-    assert obs == " bad: format: no <answer> tag. left 1 1 4 6. A:"
-    assert (reward, terminated, truncated) == (-0.25, False, False)
-    obs, reward, terminated, truncated, info = env.step(r1("1 + 1 = 3"))
-    assert info["verdict"].reason == "wrong arithmetic: 1 + 1 is 2, not 3"
-    assert (reward, terminated, truncated) == (-0.5, False, True)
+def test_steps_answers_are_replayed_from_the_start_each_turn():
+    env = Game24Env(mode="steps")
+    env.reset(options={"task": puzzle(3, 3, 8, 8)})
+    env.step(r1("8 / 3 = 8/3"))
+    # Only the new step, without the earlier one: 8/3 is not among the puzzle's numbers.
+    _, reward, _, _, info = env.step(r1("3 - 8/3 = 1/3"))
+    assert (reward, info["verdict"].reason) == (-0.1, "step 1: 8/3 is not one of the remaining numbers (3 3 8 8)")
 
+
+def test_steps_dead_end_can_be_revised_and_turns_run_out():
     env = Game24Env(mode="steps")
     env.reset(options={"task": puzzle(1, 1, 4, 6)})
     obs, reward, terminated, truncated, info = env.step(r1("1 + 1 = 2\n2 + 4 = 6\n6 + 6 = 12"))
-    assert (obs, reward, terminated, truncated) == ("", 0.0, True, False)
-    assert info["verdict"].reason == "dead end: 1 + 1 = 2; 2 + 4 = 6; 6 + 6 = 12 leaves 12, not 24"
-
-
-def test_steps_partial_answer_keeps_the_legal_steps():
-    env = Game24Env(mode="steps")
-    env.reset(options={"task": puzzle(3, 3, 8, 8)})
-    obs, reward, *_ = env.step(r1("8 / 3 = 8/3; 8 - 8 = 0"))
+    assert (reward, terminated, truncated, info["verdict"].correct) == (0.0, False, False, False)
     assert obs == (
-        "Illegal step (penalty 0.1): 8 is not one of the remaining numbers (8/3 3 8). Numbers left: 8/3 3 8. "
-        "Try another step."
+        "Dead end: 1 + 1 = 2; 2 + 4 = 6; 6 + 6 = 12 leaves 12, not 24. "
+        "Reply with a new sequence of steps from the start."
     )
-    assert reward == -0.1
+    _, reward, terminated, *_ = env.step(r1("1 - 1 = 0; 4 * 6 = 24; 24 + 0 = 24"))
+    assert (reward, terminated) == (1.0, True)
+
+    env = Game24Env(mode="steps", max_turns=2, step_penalty=0.25, style="compact")
+    env.reset(options={"task": puzzle(1, 1, 4, 6)})
+    obs, reward, terminated, truncated, _ = env.step("no tags at all")
+    assert obs == " bad: format: no <answer> tag. left 1 1 4 6. A:"
+    assert (reward, terminated, truncated) == (-0.25, False, False)
+    obs, reward, terminated, truncated, info = env.step(r1("1 + 1 = 3"))
+    assert info["verdict"].reason == "step 1: wrong arithmetic: 1 + 1 is 2, not 3"
+    assert (reward, terminated, truncated) == (-0.25, False, True)
 
 
 def test_steps_no_solution_claims():
@@ -251,30 +258,25 @@ def test_steps_no_solution_claims():
     assert info["verdict"].reason == "claimed no solution, but the puzzle is solvable"
 
 
-def test_verify_grades_from_the_start_and_leaves_the_episode_alone():
-    env = Game24Env(mode="steps")
+def test_steps_verify_score_group_and_feedback_are_stateless():
+    """The GRPO rollout drives episodes with score_group + feedback, never step: both must work without state."""
+    env = Game24Env(mode="steps", style="compact")
     task = puzzle(3, 3, 8, 8)
-    env.reset(options={"task": task})
-    env.step(r1("8 / 3 = 8/3"))
-    full = r1("8 / 3 = 8/3\n3 - (8/3) = 1/3\n8 / (1/3) = 24")
-    assert env.verify(task, Completion(full)).correct is True
-    assert [v.score for v in env.score_group(task, [full, r1("8 / (1/3) = 24"), "x"])] == [1.0, -0.1, -0.1]
-    obs, *_ = env.step(r1("3 - 8/3 = 1/3"))  # the episode still has 8/3 3 8
-    assert obs == "Legal step: 3 - (8/3) = 1/3. Numbers left: 1/3 8. Next step?"
+    answers = [r1("8 / 3 = 8/3"), r1("8 / 3 = 8/3; 3 - (8/3) = 1/3; 8 / (1/3) = 24"), r1("8 / (1/3) = 24"), "x"]
+    verdicts = env.score_group(task, answers)
+    assert [v.score for v in verdicts] == [0.0, 1.0, -0.1, -0.1]
+    assert [v.correct for v in verdicts] == [None, True, False, False]
+    replies = [env.feedback(task, Completion(a), v, 1) for a, v in zip(answers, verdicts, strict=True)]
+    assert replies[0] == " ok left 8/3 3 8. A:"
+    assert replies[2] == " bad: step 1: 1/3 is not one of the remaining numbers (3 3 8 8). left 3 3 8 8. A:"
+    assert env.feedback(task, Completion(r1("no solution")), verdicts[0], 1) is None
 
 
-def test_pinning_a_foreign_task_without_numbers_is_a_clear_error():
+def test_foreign_tasks_without_numbers_are_ungradeable_not_a_crash():
     env = Game24Env(mode="steps")
-    message = (
-        "Game24Env cannot play task 'other/1': its metadata has no 'numbers'. Pin a task made by a Game24 env "
-        "(env.task_at(i)) or add metadata={'numbers': (a, b, c, d), 'solvable': True}."
-    )
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        env.reset(options={"task": Task(id="other/1", prompt="?")})
     verdict = env.verify(Task(id="other/1", prompt="?"), Completion("1"))
-    assert (
-        verdict.score is None and verdict.reason == "task 'other/1' has no metadata['numbers']; it is not a Game24 task"
-    )
+    assert verdict.score is None
+    assert verdict.reason == "task 'other/1' has no metadata['numbers']; it is not a Game24 task"
 
 
 def test_check_env_steps_mode_train():
@@ -389,7 +391,9 @@ def test_malformed_data_files_are_reported_with_their_line(tmp_path):
 
 
 def test_feedback_text_without_penalty():
-    assert feedback_text("instruct", False, "why", (), 0.0) == "Illegal step: why. Numbers left: . Try another step."
+    assert feedback_text("instruct", "illegal", "why", (), 0.0) == (
+        "Illegal step: why. Numbers left after your legal steps: . Reply with your steps from the start, corrected."
+    )
 
 
 def test_preset_file():
@@ -400,3 +404,29 @@ def test_preset_file():
     env_id = data.pop("id")
     assert env_id == "lrmgym/Game24-v0"
     Game24Env(**data)
+
+
+def test_grpo_rollout_drives_a_steps_episode_through_score_group_and_feedback():
+    """The learner's rollout keeps no env state; the cumulative-steps protocol makes its episodes right."""
+    from lrmgym.learners.rollout import rollout
+    from lrmgym.policies.base import SamplingParams
+    from lrmgym.testing import ScriptedPolicy
+
+    env = Game24Env(mode="steps", style="compact")
+    task = env.task_at(0, seed=0)
+    steps = solver.step_solution(task.metadata["numbers"])
+
+    def answer(prompt: str, sample: int) -> str:
+        turn = prompt.count(" A:")  # the first prompt has one, each feedback adds one
+        if " bad:" in prompt or (turn == 1 and sample == 1):  # later turns sample once per trajectory
+            return r1("9 + 9 = 18")  # always illegal
+        return r1("; ".join(steps[:turn]))  # one more step per turn, restating the earlier ones
+
+    result = rollout(env, ScriptedPolicy(answer), [task], group_size=2, sampling=SamplingParams(max_new_tokens=64))
+    good, bad = result.groups[0]
+    assert [v.score for v in result.turn_verdicts[0][0]] == [0.0, 0.0, 1.0]
+    assert good.reward == 1.0 and good.verdict.correct is True
+    assert [t.role for t in good.turns] == ["policy", "env", "policy", "env", "policy"]
+    assert good.turns[1].text.startswith(" ok left ")
+    assert [v.score for v in result.turn_verdicts[0][1]] == [-0.1] * 6
+    assert bad.reward == -0.1 and len(bad.policy_turns) == 6
