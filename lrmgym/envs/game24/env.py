@@ -4,9 +4,11 @@ Training on math and evaluating here is the out-of-distribution probe: the arith
 not. The same instance serves two modes:
 
 - ``single``: one expression per task, graded exactly (:mod:`lrmgym.envs.game24.checker`).
-- ``steps``: a multi-turn episode; each turn combines two of the remaining numbers (``8 / 3 = 8/3``), the env
-  checks the arithmetic and the operands exactly, replies with the numbers left, and the episode is solved when
-  a single 24 remains. An illegal step gets a clear message and a configurable penalty.
+- ``steps``: a multi-turn episode; each turn adds one step that combines two of the numbers left
+  (``8 / 3 = 8/3``), the env checks the arithmetic and the operands exactly, replies with the numbers left, and
+  the episode is solved when a single 24 remains. An illegal step gets a clear message and a configurable
+  penalty. Each answer restates the earlier steps (``8 / 3 = 8/3; 3 - (8/3) = 1/3``) and is replayed from the
+  puzzle's numbers, so grading needs no episode state (see :class:`Game24Env`).
 
 Two splits: ``train`` draws puzzles from a seeded generator over every distinct four-number puzzle of a range
 (labelled by the solver: number of distinct solutions, need for fractions; difficulty ``easy``/``medium``/``hard``/
@@ -219,9 +221,10 @@ class Game24Env(TextEnv):
         analysis = analyse(numbers)
         found = solutions(numbers) if analysis.solvable else ()
         labels = {
-            "num_solutions": len(found),
-            "needs_fractions": analysis.needs_fractions,
             "solvable": analysis.solvable,
+            "needs_fractions": analysis.needs_fractions,
+            "num_solutions": len(found),
+            "solutions": found,
         }
         if cfg.split == "test":
             difficulty: int | str = (extra["rank"] - 1) // RANK_BUCKET + 1
