@@ -108,6 +108,7 @@ def test_generated_tasks_carry_solver_labels():
         assert task.id == f"game24/train/{i}/{'-'.join(map(str, numbers))}"
         found = solver.solutions(numbers)
         assert task.metadata["num_solutions"] == len(found) > 0 and task.answer == found[0]
+        assert task.metadata["solutions"] == found
         assert task.metadata["needs_fractions"] == solver.analyse(numbers).needs_fractions
         expected = (
             "hard" if len(found) == 1 or task.metadata["needs_fractions"] else ("medium" if len(found) <= 4 else "easy")
