@@ -146,3 +146,19 @@ def test_empty_graph_and_zero_items():
 def test_bad_input_is_reported(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         fit_bradley_terry(3, **kwargs)
+
+
+def test_ten_thousand_comparisons_over_a_thousand_traces_fit_quickly():
+    # The benchmark (benchmarks/bradley_terry.py) measures ~40 ms; the bound here is loose for shared CPUs
+    # and only catches a regression to dense O(n^3) solves (seconds).
+    import time
+
+    rng = np.random.default_rng(0)
+    n, m = 1000, 10_000
+    i = rng.integers(0, n, m)
+    j = (i + rng.integers(1, n, m)) % n
+    comps = np.stack([i, j, rng.choice([0.0, 0.5, 1.0], m)], axis=1)
+    fit_bradley_terry(n, comps)  # warm up imports and caches
+    start = time.perf_counter()
+    fit = fit_bradley_terry(n, comps)
+    assert fit.converged and time.perf_counter() - start < 0.5
