@@ -32,7 +32,7 @@ import scipy.linalg
 
 __all__ = ["BTFit", "fit_bradley_terry", "bt_loss"]
 
-_DENSE_MAX = 100
+_DENSE_MAX = 32
 """Up to this many items the Newton system is solved densely (Cholesky); above it, sparse conjugate gradient."""
 
 
