@@ -41,6 +41,9 @@ _CONTAINERS = (list, tuple, set, frozenset, dict)
 _MAX_MSG = 32 << 20  # largest reply H accepts from C
 _MAX_ITEMS = 1_000_000  # most values H decodes from one reply
 _ITER_CAP = 100_000  # most items C materializes from an iterator result
+_MAX_GLOBAL = 1 << 16  # globals whose data is larger are sent as handles
+# Standard-library modules H never imports on the candidate's behalf (side effects on import).
+_NO_IMPORT = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "webbrowser", "pydoc"}
 _ERR_TAIL = 300  # characters kept from an error message
 
 
@@ -140,7 +143,15 @@ def _candidate(job, rpc_in, rpc_out, out_w):
     ns = {"__name__": "solution", "__builtins__": builtins}
     try:
         exec(compile(job["code"], "solution.py", "exec"), ns)
-        names = {k: ("data", _c_encode(v, refs)) for k, v in ns.items() if not k.startswith("__")}
+        names = {}
+        for k, v in ns.items():
+            if k.startswith("__"):
+                continue
+            enc = _c_encode(v, refs)
+            if type(enc) in _CONTAINERS and len(marshal.dumps(enc)) > _MAX_GLOBAL:
+                refs.append(v)  # a big global table stays in C; the tests get a handle
+                enc = (_REF, len(refs) - 1)
+            names[k] = ("data", enc)
         _send(rpc_out, ("ready", names))
     except BaseException as exc:  # noqa: BLE001 - report any failure of untrusted code, SystemExit included
         try:
@@ -383,6 +394,9 @@ class Remote:
     def __hash__(self):
         return id(self)
 
+    def __bool__(self):
+        raise TypeError("a candidate object has no truth value in the tests (return plain data)")
+
     def __repr__(self):
         return "<candidate object %s>" % self._label
 
@@ -458,10 +472,14 @@ def _h_decode(v, h):
             return decimal.Decimal(v[1])
         if tag == _MOD and len(v) == 2 and type(v[1]) is str:
             # A module the solution imported: the tests get H's own copy of a standard-library module only.
-            if v[1].partition(".")[0] in sys.stdlib_module_names:
+            top = v[1].partition(".")[0]
+            if top in sys.stdlib_module_names and top not in _NO_IMPORT:
                 import importlib
 
-                return importlib.import_module(v[1])
+                try:
+                    return importlib.import_module(v[1])
+                except Exception:  # noqa: BLE001 - a module this interpreter cannot import
+                    pass
             return _Missing(v[1])
         if tag == _RANGE and len(v) == 4 and all(type(x) is int for x in v[1:]) and v[3] != 0:
             return range(v[1], v[2], v[3])

@@ -22,6 +22,7 @@ import gzip
 import json
 import os
 import textwrap
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,16 +87,26 @@ class CodeTask:
         A candidate that defines the entry point gets the trusted prefix prepended; one that does not (it
         wrote only the body) continues the stub, as the original HumanEval harness does.
         """
-        if self.stub and self.entry_point and not _defines(code, self.entry_point):
+        if self.stub and self.entry_point and not _defines(code, self.entry_point, self.stub):
             return self.stub + code
         return f"{self.prefix}\n\n{code}" if self.prefix else code
 
 
-def _defines(code: str, name: str) -> bool:
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return True  # let the sandbox report the syntax error against the code as written
+def parse_quietly(code: str) -> ast.Module | None:
+    """``ast.parse`` without warnings; ``None`` when the code does not parse."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes and the like in model code are not our warnings
+        try:
+            return ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+def _defines(code: str, name: str, stub: str) -> bool:
+    """Whether ``code`` defines ``name`` at top level; code that parses only after ``stub`` is a body."""
+    tree = parse_quietly(code)
+    if tree is None:
+        return parse_quietly(stub + code) is None  # not a body either: run it as written, the sandbox reports why
     return any(
         isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
         for node in tree.body
