@@ -60,7 +60,7 @@ def load_held_out(path: str | os.PathLike | None = None) -> tuple[HeldOutPuzzle,
         FileNotFoundError: The file is absent; the message names the path and how to point to the file.
         ValueError: The file is not in the ToT format; the message names the line.
     """
-    resolved = Path(path) if path is not None else default_data_path()
+    resolved = Path(path).expanduser() if path is not None else default_data_path()
     if not resolved.is_file():
         raise FileNotFoundError(
             f"The Game24 test split needs the ToT puzzle file, not found at {resolved}. Set LRMGYM_SHARED_DATA to the "
