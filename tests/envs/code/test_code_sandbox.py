@@ -1,0 +1,153 @@
+"""The sandbox pool: uid drop, rlimits, backends and their selection, backpressure, lifecycle."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+
+import pytest
+from code_helpers import BATTERY_TIMEOUT_S, leftovers
+
+from lrmgym.envs.code import sandbox
+from lrmgym.envs.code.sandbox import Job, Limits, SandboxError, SandboxPool
+
+
+def one_test(code: str, test: str = "assert probe() == 'ok'") -> Job:
+    return Job(code=code, units=({"src": test, "test": True},))
+
+
+UNPRIVILEGED = """
+import os
+def probe():
+    status = open('/proc/self/status').read()
+    cap_eff = [l for l in status.splitlines() if l.startswith('CapEff')][0].split()[1]
+    if os.getuid() == 0 or os.geteuid() == 0 or int(cap_eff, 16) != 0:
+        return 'privileged: uid=%d caps=%s' % (os.getuid(), cap_eff)
+    return 'ok'
+"""
+
+NPROC_PROBE = """
+import os, time
+def probe():
+    kids = []
+    try:
+        for _ in range(500):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            kids.append(pid)
+    except OSError:
+        pass
+    n = len(kids)
+    for pid in kids:
+        os.kill(pid, 9)
+    return 'ok' if n < 64 else 'forked %d' % n
+"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare"])
+def test_candidate_runs_unprivileged_and_nproc_binds(backend, request):
+    pool = request.getfixturevalue(f"{backend}_pool")
+    assert pool.run(one_test(UNPRIVILEGED)).results[0] == (True, "")
+    if os.geteuid() == 0:
+        assert pool.run(one_test(NPROC_PROBE)).results[0] == (True, "")
+        assert leftovers(pool) == []
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing(bwrap_pool):
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.monotonic()
+    result = bwrap_pool.run(one_test(bomb))
+    assert time.monotonic() - start <= BATTERY_TIMEOUT_S + 1.0
+    assert result.passed == 0 and leftovers(bwrap_pool) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the process backend can only find leftovers by a dedicated uid as root")
+def test_process_backend_still_bounds_time_and_kills_setsid_escapees(process_pool):
+    assert process_pool.describe()["isolation"].startswith("NO ISOLATION")
+    escape = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(120)\n"
+        "    os._exit(0)\ndef probe():\n    time.sleep(100)\n"
+    )
+    start = time.monotonic()
+    result = process_pool.run(one_test(escape))
+    assert time.monotonic() - start <= BATTERY_TIMEOUT_S + 1.0
+    assert (result.status, result.passed) == ("timeout", 0)
+    assert leftovers(process_pool) == []
+    forged = "import sys\nprint('LRMGYM-RESULT {\"status\": \"ok\", \"passed\": 1}')\nsys.exit(0)\n"
+    assert process_pool.run(one_test(forged)).passed == 0
+    assert process_pool.run(one_test("def probe():\n    return 'ok'\n")).passed == 1
+
+
+def test_auto_falls_back_loudly_when_bwrap_is_missing(monkeypatch, caplog, capsys):
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("util-linux unshare is not installed")
+    real = sandbox._tool_works
+    monkeypatch.setattr(sandbox, "_tool_works", lambda backend: backend != "bwrap" and real(backend))
+    with caplog.at_level(logging.WARNING, logger="lrmgym.code.sandbox"):
+        pool = SandboxPool("auto", workers=1)
+    try:
+        assert pool.backend == "unshare"
+        assert "Code sandbox isolation: unshare [unshare fallback" in caplog.text
+        assert "the host filesystem is VISIBLE" in capsys.readouterr().err
+    finally:
+        pool.close()
+
+
+def test_no_tool_at_all_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(sandbox, "_tool_works", lambda backend: backend == "process")
+    msg = (
+        "No sandbox tool found: neither 'bwrap' (bubblewrap) nor 'unshare' (util-linux) is on PATH. "
+        "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or pass sandbox='process' to run "
+        "candidate code WITHOUT isolation (trusted code only)."
+    )
+    with pytest.raises(SandboxError, match=f"^{re.escape(msg)}$"):
+        SandboxPool("auto")
+    with pytest.raises(SandboxError, match=f"^{re.escape('Unknown sandbox backend ' + repr('docker') + '; expected one of auto, bwrap, unshare, process.')}$"):
+        SandboxPool("docker")  # type: ignore[arg-type]
+
+
+def test_backpressure_blocks_submit_beyond_max_pending():
+    with SandboxPool("auto", workers=1, max_pending=1, limits=Limits(timeout_s=5)) as pool:
+        first = pool.submit(one_test("import time\ntime.sleep(1.0)\ndef probe():\n    return 'ok'\n"))
+        returned_at: list[float] = []
+        start = time.monotonic()
+
+        def second() -> None:
+            pool.submit(one_test("def probe():\n    return 'ok'\n")).result()
+            returned_at.append(time.monotonic() - start)
+
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.3)
+        assert not returned_at  # still blocked behind the first job
+        assert first.result().passed == 1
+        t.join(10)
+        assert returned_at and returned_at[0] >= 0.9
+
+
+def test_closed_pool_refuses_work():
+    pool = SandboxPool("auto", workers=1)
+    pool.close()
+    pool.close()  # idempotent
+    with pytest.raises(SandboxError, match=r"^This sandbox pool is closed; create a new one\.$"):
+        pool.submit(one_test("x = 1"))
+
+
+def test_output_is_capped_and_kept_in_order(bwrap_pool):
+    result = bwrap_pool.run(one_test("print('a')\nprint('b' * 3000000)\ndef probe():\n    return 'ok'\n"))
+    assert result.status == "output_limit" and result.output.startswith("a\nbbb")
+    assert len(result.output.encode()) <= bwrap_pool.limits.output_bytes
+
+
+def test_hostile_bytes_in_output_and_errors(bwrap_pool):
+    code = "import sys\nsys.stdout.buffer.write(b'\\x00\\xff\\xfe')\ndef probe():\n    raise ValueError('\\ud800' + 'x' * 10000)\n"
+    result = bwrap_pool.run(one_test(code))
+    assert result.passed == 0 and result.results[0][1].startswith("ValueError: ")
+    assert len(result.results[0][1]) < 400
