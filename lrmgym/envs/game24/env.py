@@ -63,7 +63,8 @@ class Game24Config(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     mode: Literal["single", "steps"] = "single"
-    """'single': one expression per task; 'steps': a multi-turn episode, one step such as '8 / 3 = 8/3' per turn."""
+    """'single': one expression per task; 'steps': a multi-turn episode, each answer restating the steps so far
+    and adding one such as '8 / 3 = 8/3' (the env replays them and replies with the numbers left)."""
     split: Literal["train", "test"] = "train"
     """'train': seeded generator; 'test': the 1 362 ToT puzzles of 24.csv in rank order (held out)."""
     style: Literal["compact", "instruct"] = "instruct"
