@@ -45,8 +45,10 @@ def main() -> None:
         fit = fit_bradley_terry(args.items, comps, l2=args.l2)
         ours_times.append(time.perf_counter() - start)
     print(f"graph: {args.items} traces, {args.comparisons} comparisons (win/tie/loss), lambda={args.l2}")
-    print(f"lrmgym Newton : median {1e3 * statistics.median(ours_times):8.1f} ms over {args.repeats} runs, "
-          f"{fit.iterations} Newton steps, converged={fit.converged}, |grad|max={fit.grad_norm:.1e}")
+    print(
+        f"lrmgym Newton : median {1e3 * statistics.median(ours_times):8.1f} ms over {args.repeats} runs, "
+        f"{fit.iterations} Newton steps, converged={fit.converged}, |grad|max={fit.grad_norm:.1e}"
+    )
 
     try:
         import choix
@@ -62,8 +64,10 @@ def main() -> None:
         start = time.perf_counter()
         theirs = choix.opt_pairwise(args.items, data, alpha=args.l2, tol=1e-8)
         choix_times.append(time.perf_counter() - start)
-    print(f"choix Newton-CG: median {1e3 * statistics.median(choix_times):8.1f} ms over {len(choix_times)} runs "
-          f"(opt_pairwise, alpha=lambda on doubled counts)")
+    print(
+        f"choix Newton-CG: median {1e3 * statistics.median(choix_times):8.1f} ms over {len(choix_times)} runs "
+        f"(opt_pairwise, alpha=lambda on doubled counts)"
+    )
     print(f"max |ours - choix| = {np.max(np.abs(fit.strengths - theirs)):.2e}")
 
 

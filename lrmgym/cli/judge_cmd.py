@@ -37,7 +37,8 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
         judges_raw = tree.get("judge") or {}
         if not judges_raw:
             raise ConfigError(
-                f"judge: no judge chosen; add judge=PRESET or judge=[A,B] (presets: {', '.join(list_presets('judge'))})."
+                "judge: no judge chosen; add judge=PRESET or judge=[A,B] "
+                f"(presets: {', '.join(list_presets('judge'))})."
             )
         if not isinstance(judges_raw, dict):
             raise ConfigError("judge: expected judges by preset name, e.g. judge=[accuracy,format_strict].")
@@ -49,10 +50,20 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
 
 
 @click.command("judge", context_settings={"ignore_unknown_options": True})
-@click.option("--input", "input_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="JSONL of completions: one {prompt, completion | completions, answer?, task_id?} per line.")
-@click.option("--output", "output_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Where to write the verdicts (default: INPUT with .verdicts.jsonl).")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="JSONL of completions: one {prompt, completion | completions, answer?, task_id?} per line.",
+)
+@click.option(
+    "--output",
+    "output_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Where to write the verdicts (default: INPUT with .verdicts.jsonl).",
+)
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 def command(input_path: Path, output_path: Path | None, overrides: tuple[str, ...]) -> None:  # fmt: skip
     """Score a JSONL of completions with judges and write one verdict per line.

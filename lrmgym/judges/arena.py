@@ -142,7 +142,9 @@ class ArenaJudge(BaseJudge):
     ) -> None:
         super().__init__(name, weight)
         if not callable(getattr(pairwise, "compare", None)):
-            raise TypeError(f"ArenaJudge needs a pairwise judge with compare(task, first, second), got {type(pairwise).__name__}.")
+            raise TypeError(
+                f"ArenaJudge needs a pairwise judge with compare(task, first, second), got {type(pairwise).__name__}."
+            )
         if num_anchors < 1:
             raise ValueError(f"num_anchors must be at least 1, got {num_anchors}.")
         self.pairwise = pairwise
@@ -186,6 +188,7 @@ class ArenaJudge(BaseJudge):
         thread timing; with ``workers > 1`` the pairs are judged concurrently (LLM judges are I/O bound).
         """
         if self.both_orders:
+
             def run(k: int) -> tuple[float | None, int]:
                 return both_orders(self.pairwise, task, *pairs[k])
         else:
@@ -228,7 +231,7 @@ class ArenaJudge(BaseJudge):
                 per_pair = 2 if self.both_orders else 1
                 opponents = opponents[: max(0, self.max_calls_per_group - calls) // per_pair]
             results = self._judge_pairs(task, [(trace, pool.members[a]) for a in opponents])
-            for a, (y, n) in zip(opponents, results):
+            for a, (y, n) in zip(opponents, results, strict=True):
                 calls += n
                 if y is None:
                     failures += 1
@@ -248,10 +251,14 @@ class ArenaJudge(BaseJudge):
                     self._pools.popitem(last=False)
         return pool.strengths[current], calls, failures, made
 
-    def _audit(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> tuple[int, float, int]:
+    def _audit(
+        self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
+    ) -> tuple[int, float, int]:
         """Judge up to ``audit_pairs`` correct-vs-wrong pairs: ``(pairs judged, agreement sum, calls)``."""
-        right = [c for c, v in zip(completions, verdicts) if v.score is not None and self._is_correct(v)]
-        wrong = [c for c, v in zip(completions, verdicts) if v.score is not None and not self._is_correct(v)]
+        right = [c for c, v in zip(completions, verdicts, strict=True) if v.score is not None and self._is_correct(v)]
+        wrong = [
+            c for c, v in zip(completions, verdicts, strict=True) if v.score is not None and not self._is_correct(v)
+        ]
         if not right or not wrong:
             return 0, 0.0, 0
         pairs, agree, calls = 0, 0.0, 0
@@ -267,7 +274,9 @@ class ArenaJudge(BaseJudge):
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
         return verdict.score, "verifier (a single completion is never routed)", False
 
-    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+    def score_group(
+        self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
+    ) -> list[Component]:
         """Verifiable rewards for mixed groups; tournament rewards for routed ones (see the module docstring)."""
         start = time.perf_counter()
         counts = dict.fromkeys(_METRIC_KEYS, 0.0)
@@ -286,9 +295,10 @@ class ArenaJudge(BaseJudge):
             spread = float(beta.max() - beta.min())
             rewards = (beta - beta.min()) / spread * self.reward_scale if spread > _EQUAL_TOL else np.zeros_like(beta)
             counts.update(groups_routed=1, judge_calls=calls, judge_failures=failures, comparisons=made,
-                          groups_no_signal=int(spread <= _EQUAL_TOL), routed_reward_std_sum=float(np.std(rewards)))  # fmt: skip
+                          groups_no_signal=int(spread <= _EQUAL_TOL),
+                          routed_reward_std_sum=float(np.std(rewards)))  # fmt: skip
             latency = (time.perf_counter() - start) / max(1, len(completions))
-            by_index = dict(zip(graded, zip(rewards.tolist(), beta.tolist())))
+            by_index = dict(zip(graded, zip(rewards.tolist(), beta.tolist(), strict=True), strict=True))
             out = []
             for k, v in enumerate(verdicts):
                 if k in by_index:
@@ -357,7 +367,8 @@ class ArenaJudgeConfig(JudgeConfigBase):
     kind: Literal["arena"] = "arena"
     """Selects this judge."""
     pairwise: PairwiseConfig = Field(default_factory=RulePairwiseJudgeConfig)
-    """The pairwise judge: {kind: rule_pairwise} (CPU rules for arithmetic traces) or {kind: llm_pairwise, policy: ...}."""
+    """The pairwise judge: {kind: rule_pairwise} (CPU rules for arithmetic traces) or
+    {kind: llm_pairwise, policy: ...}."""
     route_when: RouteWhen = "all_equal"
     """Which groups go to the tournament: all_equal (the paper), all_correct, all_wrong, always, never."""
     tournament: Literal["anchors", "round_robin"] = "anchors"

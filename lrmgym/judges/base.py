@@ -65,7 +65,9 @@ class Judge(Protocol):
         """Grade one completion."""
         ...
 
-    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+    def score_group(
+        self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
+    ) -> list[Component]:
         """Grade the completions of one task, one component each, in order."""
         ...
 
@@ -214,7 +216,9 @@ class BaseJudge:
         self._stats.add(calls=1, seconds=latency, failures=int(value is None), cache_hits=int(cached))
         return Component(self.name, value, self.weight, latency, cached, reason)
 
-    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+    def score_group(
+        self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
+    ) -> list[Component]:
         """Grade each completion independently."""
         return [self.score(task, c, v) for c, v in zip(completions, verdicts, strict=True)]
 
@@ -257,7 +261,10 @@ class PairwiseAsJudge(BaseJudge):
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
         return None, "a pairwise judge needs two completions of the task; use it on groups or inside judge=arena", False
 
-    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+    def score_group(
+        self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
+    ) -> list[Component]:
+        """Each completion's round-robin win rate against the rest of its group."""
         if len(completions) < 2:
             return super().score_group(task, completions, verdicts)
         start = time.perf_counter()
@@ -282,7 +289,6 @@ class PairwiseAsJudge(BaseJudge):
                 out.append(Component(self.name, None, self.weight, latency, False, "every comparison failed"))
         self._stats.add(calls=n, failures=sum(c == 0 for c in counts), seconds=latency * n)
         return out
-
 
 
 # --------------------------------------------------------------------------------------------------- the wrapper
@@ -317,7 +323,7 @@ def check_judges(judges: Judge | Sequence[Judge], weights: Sequence[float] | Non
     if weights is not None:
         if len(weights) != len(judges):
             raise ValueError(f"Got {len(weights)} weights for {len(judges)} judges; give one weight per judge.")
-        for judge, w in zip(judges, weights):
+        for judge, w in zip(judges, weights, strict=True):
             judge.weight = float(w)
     return judges
 
@@ -328,7 +334,7 @@ def judge_group(
     """Apply each judge to the whole group and combine: one judged verdict per completion."""
     per_judge = [judge.score_group(task, completions, base) for judge in judges]  # [judge][completion]
     out = []
-    for k, (completion, verdict) in enumerate(zip(completions, base)):
+    for k, (completion, verdict) in enumerate(zip(completions, base, strict=True)):
         components = [comps[k] for comps in per_judge]
         fmt = [j.format_ok(completion) for j in judges if hasattr(j, "format_ok")]
         out.append(_combine(verdict, components, all(fmt) if fmt else None))
@@ -350,14 +356,17 @@ class JudgedEnv(gymnasium.Wrapper):
     Example:
         >>> from lrmgym.envs.echo import EchoEnv
         >>> from lrmgym.judges.rule import AccuracyJudge, LengthPenalty
-        >>> env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), LengthPenalty(max_length=10, free_length=0, unit="chars")])
+        >>> length = LengthPenalty(max_length=10, free_length=0, unit="chars")
+        >>> env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), length])
         >>> _ = env.reset(seed=0)
         >>> _, reward, *_ = env.step(env.task.answer)  # a 5-letter word: accuracy 1, length -0.5
         >>> reward
         0.5
     """
 
-    def __init__(self, env: gymnasium.Env, judges: Judge | Sequence[Judge], weights: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, env: gymnasium.Env, judges: Judge | Sequence[Judge], weights: Sequence[float] | None = None
+    ) -> None:
         super().__init__(env)
         self.judges: list[Judge] = check_judges(judges, weights)
 
@@ -369,10 +378,12 @@ class JudgedEnv(gymnasium.Wrapper):
 
     @property
     def max_turns(self) -> int:
+        """The wrapped env's policy turns per episode."""
         return getattr(self.env, "max_turns", 1)
 
     @property
     def task(self) -> Task | None:
+        """The task of the current episode."""
         return self.text_env.task
 
     def task_at(self, index: int, seed: int | None = None) -> Task:
@@ -420,14 +431,15 @@ class JudgedEnv(gymnasium.Wrapper):
         for judge in self.judges:
             now = judge.stats()
             before = last.get(judge.name, {})
-            out.update({f"{judge.name}/{k}": v - before.get(k, 0) for k, v in now.items() if isinstance(v, (int, float))})
+            out.update(
+                {f"{judge.name}/{k}": v - before.get(k, 0) for k, v in now.items() if isinstance(v, (int, float))}
+            )
             last[judge.name] = now
             pop = getattr(judge, "pop_metrics", None)
             if callable(pop):
                 out.update({f"{judge.name}/{k}": v for k, v in pop().items()})
         self._last_stats = last
         return out
-
 
 
 # --------------------------------------------------------------------------------------------------- configs

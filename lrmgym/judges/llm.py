@@ -17,7 +17,7 @@ Defences, each tested in ``tests/judges/test_llm.py``:
 - **Position bias.** ``both_orders`` asks the pairwise question in both orders; a flip counts as a tie.
 - **Bounded calls.** Each call runs on a worker thread and is abandoned after ``timeout_s`` (no SIGALRM,
   so it works off the main thread). Failures (exceptions, timeouts, parse failures) are retried up to
-  ``max_retries`` times with exponential backoff and full jitter, then recorded as ungradeable
+  ``max_retries`` times with capped exponential backoff and jitter, then recorded as ungradeable
   (``score=None``): a failing judge never raises into training.
 - **Caching and counters.** Outcomes are cached by a SHA-256 of the content (rubric, problem, reference,
   candidate texts and their order); each judge counts calls, retries, timeouts, errors, parse failures,
@@ -247,7 +247,7 @@ class _BoundedCaller:
         self._rng_lock = threading.Lock()
 
     def backoff(self, attempt: int) -> float:
-        """Seconds to wait before retry ``attempt`` (1-based): full jitter on a capped exponential."""
+        """Seconds to wait before retry ``attempt`` (1-based): capped exponential, "equal jitter" (x U[0.5, 1])."""
         cap = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
         with self._rng_lock:
             return cap * (0.5 + 0.5 * self._rng.random())
@@ -362,7 +362,9 @@ class _LLMJudgeMixin:
             reference = f"\nReference answer: {sanitize(str(task.answer), 2000)}\n"
         return problem, reference
 
-    def _cached_call(self, key: str, build: Callable[[], str], parse: Callable[[str], T | None]) -> tuple[T | None, str, bool]:
+    def _cached_call(
+        self, key: str, build: Callable[[], str], parse: Callable[[str], T | None]
+    ) -> tuple[T | None, str, bool]:
         hit, value = self._cache.get(key)
         if hit:
             self._caller.stats.add(cache_hits=1)
@@ -399,7 +401,9 @@ class LLMPointwiseJudge(_LLMJudgeMixin, BaseJudge):
 
     name = "llm_pointwise"
 
-    def __init__(self, policy: Policy, scale: int = 10, name: str | None = None, weight: float = 1.0, **options: Any) -> None:
+    def __init__(
+        self, policy: Policy, scale: int = 10, name: str | None = None, weight: float = 1.0, **options: Any
+    ) -> None:
         super().__init__(name, weight)
         self.scale = scale
         self._setup(policy, options, POINTWISE_RUBRIC)
@@ -415,7 +419,9 @@ class LLMPointwiseJudge(_LLMJudgeMixin, BaseJudge):
             rubric=self.rubric, n=nonce, problem=problem, reference=reference, candidate=candidate, scale=self.scale
         )
 
-    def score_group(self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]) -> list[Component]:
+    def score_group(
+        self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
+    ) -> list[Component]:
         """Grade the group's completions concurrently (up to ``workers`` calls in flight); results in order."""
         if len(completions) < 2 or self._caller.workers < 2:
             return super().score_group(task, completions, verdicts)
@@ -445,7 +451,9 @@ class PointwiseJudgeConfig(_LLMJudgeOptions):
 
     def build(self) -> LLMPointwiseJudge:
         """Make the judge (and its policy)."""
-        return LLMPointwiseJudge(_build_policy(self.policy), self.scale, self.name, self.weight, **_caller_options(self))
+        return LLMPointwiseJudge(
+            _build_policy(self.policy), self.scale, self.name, self.weight, **_caller_options(self)
+        )
 
 
 # --------------------------------------------------------------------------------------------------- pairwise

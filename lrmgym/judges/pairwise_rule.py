@@ -193,7 +193,9 @@ class RulePairwiseJudge(PairwiseAsJudge):
         super().__init__(name, weight)
         unknown = [c for c in criteria if c not in ("arithmetic", "distance", "format")]
         if unknown or not criteria:
-            raise ValueError(f"criteria must be a non-empty list of arithmetic, distance, format; got {list(criteria)}.")
+            raise ValueError(
+                f"criteria must be a non-empty list of arithmetic, distance, format; got {list(criteria)}."
+            )
         self.criteria = tuple(criteria)
         self._strict = FormatJudge("strict")
 

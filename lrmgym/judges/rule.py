@@ -125,9 +125,15 @@ class FormatJudge(BaseJudge):
         want_open = 0 if self.think_prefilled else 1
         counts = {tag: text.count(tag) for tag in ("<think>", "</think>", "<answer>", "</answer>")}
         if counts["<think>"] != want_open or counts["</think>"] != 1:
-            return False, f"expected {want_open} <think> and 1 </think>, found {counts['<think>']} and {counts['</think>']}"
+            return (
+                False,
+                f"expected {want_open} <think> and 1 </think>, found {counts['<think>']} and {counts['</think>']}",
+            )
         if counts["<answer>"] != 1 or counts["</answer>"] != 1:
-            return False, f"expected exactly one <answer>...</answer>, found {counts['<answer>']} and {counts['</answer>']}"
+            return (
+                False,
+                f"expected exactly one <answer>...</answer>, found {counts['<answer>']} and {counts['</answer>']}",
+            )
         body = text.lstrip()
         if not self.think_prefilled and not body.startswith("<think>"):
             return False, "text before <think>"
@@ -275,9 +281,7 @@ class OverlongPenaltyConfig(JudgeConfigBase):
     @model_validator(mode="after")
     def _check_range(self) -> OverlongPenaltyConfig:
         if self.cache_length > self.max_length:
-            raise ValueError(
-                f"cache_length ({self.cache_length}) must not exceed max_length ({self.max_length})."
-            )
+            raise ValueError(f"cache_length ({self.cache_length}) must not exceed max_length ({self.max_length}).")
         return self
 
     def build(self) -> OverlongPenalty:

@@ -140,7 +140,7 @@ def judge_file(
             judged = judge_group(judges, task, completions, base_env.score_group(task, completions))
         except Exception as err:  # noqa: BLE001 - an env bug must not lose the rest of the file
             judged = [Verdict.ungradeable(f"scoring failed: {type(err).__name__}: {err}"[:300])] * len(members)
-        for (r, i, _), verdict in zip(members, judged):
+        for (r, i, _), verdict in zip(members, judged, strict=True):
             verdicts[(r, i)] = verdict
 
     out_path = Path(output_path)

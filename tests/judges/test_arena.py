@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pydantic
 import pytest
+from test_llm import SlowCountingPolicy  # the same directory; pytest puts it on sys.path
 
 import lrmgym
 from lrmgym.core import Completion, Task, Verdict
@@ -15,7 +16,6 @@ from lrmgym.judges.base import JudgedEnv
 from lrmgym.judges.bradley_terry import fit_bradley_terry
 from lrmgym.judges.llm import LLMPairwiseJudge
 from lrmgym.testing import ScriptedPolicy
-from test_llm import SlowCountingPolicy  # the same directory; pytest puts it on sys.path
 
 TASK = Task(id="p/0", prompt="Q", answer="1")
 

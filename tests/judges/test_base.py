@@ -32,7 +32,11 @@ class Exploding(BaseJudge):
 def _env(**kw):
     return JudgedEnv(
         CountingEcho(words=1, **kw),
-        [AccuracyJudge(weight=1.0), FormatJudge("loose", weight=0.5), LengthPenalty(max_length=100, unit="chars", weight=2.0)],
+        [
+            AccuracyJudge(weight=1.0),
+            FormatJudge("loose", weight=0.5),
+            LengthPenalty(max_length=100, unit="chars", weight=2.0),
+        ],
     )
 
 
@@ -89,7 +93,10 @@ def test_a_failing_judge_makes_the_verdict_ungradeable_without_raising():
     _, reward, _, _, info = env.step("anything")
     verdict = info["verdict"]
     assert reward == 0.0 and verdict.score is None
-    assert verdict.reason == "ungradeable by exploding; accuracy: mismatch; exploding: exploding failed: RuntimeError: boom"
+    assert (
+        verdict.reason
+        == "ungradeable by exploding; accuracy: mismatch; exploding: exploding failed: RuntimeError: boom"
+    )
     assert env.judge_stats()["exploding"]["failures"] == 1
 
 
@@ -109,7 +116,8 @@ def test_an_ungradeable_env_verdict_stays_ungradeable():
         ([], {}, ValueError, "JudgedEnv needs at least one judge; for the env's own reward use the env itself."),
         ([AccuracyJudge(), AccuracyJudge()], {}, ValueError,
          "Two judges share the name(s) ['accuracy']; give each a distinct name (name=...)."),
-        ([AccuracyJudge()], {"weights": [1.0, 2.0]}, ValueError, "Got 2 weights for 1 judges; give one weight per judge."),
+        ([AccuracyJudge()], {"weights": [1.0, 2.0]}, ValueError,
+         "Got 2 weights for 1 judges; give one weight per judge."),
         (["accuracy"], {}, TypeError,
          "JudgedEnv expects Judge objects (name, weight, score, score_group, stats); got str."),
     ],

@@ -104,7 +104,7 @@ def test_agrees_with_choix_on_random_incomplete_graphs_with_ties(seed):
     ours = fit_bradley_terry(n, np.stack([i, j, y], axis=1), l2=lam).strengths
     # Doubled counts: y = 1 -> two wins of i; 0.5 -> one win each; 0 -> two wins of j. Then alpha = lam.
     data = []
-    for a, b, out in zip(i, j, y):
+    for a, b, out in zip(i, j, y, strict=True):
         wins_a = int(round(2 * out))
         data += [(int(a), int(b))] * wins_a + [(int(b), int(a))] * (2 - wins_a)
     theirs = choix.opt_pairwise(n, data, alpha=lam, tol=1e-10)
@@ -117,8 +117,8 @@ def test_agrees_with_choix_on_hard_outcomes_with_half_alpha():
     n, m, lam = 20, 80, 2.0
     i = rng.integers(0, n, m)
     j = (i + rng.integers(1, n, m)) % n
-    ours = fit_bradley_terry(n, [(a, b, 1.0) for a, b in zip(i, j)], l2=lam).strengths
-    theirs = choix.opt_pairwise(n, [(int(a), int(b)) for a, b in zip(i, j)], alpha=lam / 2, tol=1e-10)
+    ours = fit_bradley_terry(n, [(a, b, 1.0) for a, b in zip(i, j, strict=True)], l2=lam).strengths
+    theirs = choix.opt_pairwise(n, [(int(a), int(b)) for a, b in zip(i, j, strict=True)], alpha=lam / 2, tol=1e-10)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 

@@ -48,7 +48,9 @@ def test_check_steps(text, counts):
     assert check_steps(text) == counts
 
 
-@pytest.mark.parametrize("text", ["1+" * 500_000, "=" * 1_000_000, "(" * 100_000 + "1=1", "9" * 10**6 + "=9", "1+1=2" * 200_000])
+@pytest.mark.parametrize(
+    "text", ["1+" * 500_000, "=" * 1_000_000, "(" * 100_000 + "1=1", "9" * 10**6 + "=9", "1+1=2" * 200_000]
+)
 def test_hostile_traces_are_scanned_quickly(text):
     start = time.perf_counter()
     check_steps(text)
@@ -90,5 +92,7 @@ def test_outcomes_are_antisymmetric_over_all_pairs():
 def test_criteria_can_be_chosen():
     assert RulePairwiseJudge(("format",)).compare(TASK, SLIP, FAR) == 0.5
     assert RulePairwiseJudgeConfig(criteria=["distance"]).build().compare(TASK, SLIP, FAR) == 1.0
-    with pytest.raises(ValueError, match=f"^{re.escape('criteria must be a non-empty list of arithmetic, distance, format; got [].')}$"):
+    with pytest.raises(
+        ValueError, match=f"^{re.escape('criteria must be a non-empty list of arithmetic, distance, format; got [].')}$"
+    ):
         RulePairwiseJudge(())

@@ -74,9 +74,11 @@ def test_without_an_env_the_records_score_is_the_verifiable_reward(tmp_path):
         ("", "has no records; expected one JSON object per line."),
         ('{"prompt": "p"\n', "in.jsonl line 1: not valid JSON (Expecting ',' delimiter at column 15)."),
         ("[1, 2]\n", "in.jsonl line 1: expected a JSON object, got list."),
-        ('\n{"prompt": "p"}\n', "in.jsonl line 2: expected a 'completion' string or a 'completions' list, got keys ['prompt']."),
+        ('\n{"prompt": "p"}\n',
+         "in.jsonl line 2: expected a 'completion' string or a 'completions' list, got keys ['prompt']."),
         ('{"prompt": "p", "completions": []}\n', "in.jsonl line 1: 'completions' must be a non-empty list of strings."),
-        ('{"prompt": 3, "completion": "x"}\n', "in.jsonl line 1: 'prompt' must be a string or a list of chat messages."),
+        ('{"prompt": 3, "completion": "x"}\n',
+         "in.jsonl line 1: 'prompt' must be a string or a list of chat messages."),
         ('{"prompt": "p", "completion": "x", "metadata": 1}\n', "in.jsonl line 1: 'metadata' must be a JSON object."),
     ],
 )  # fmt: skip
@@ -102,8 +104,10 @@ def test_cli_scores_a_file_with_presets_and_overrides(tmp_path, math_rows):
     [
         (["judge=acuracy"], "Error: judge: unknown preset 'acuracy'; allowed: "),
         ([], "Error: judge: no judge chosen; add judge=PRESET or judge=[A,B] (presets: "),
-        (["judge=accuracy", "learner.lr=1"], "Error: learner: not used by `lrmgym judge`, which reads only env=... and judge=... settings."),
-        (["judge=format_strict", "judge.format_strict.mode=lenient"], "Error: judge.format_strict.mode: invalid value 'lenient'"),
+        (["judge=accuracy", "learner.lr=1"],
+         "Error: learner: not used by `lrmgym judge`, which reads only env=... and judge=... settings."),
+        (["judge=format_strict", "judge.format_strict.mode=lenient"],
+         "Error: judge.format_strict.mode: invalid value 'lenient'"),
     ],
 )  # fmt: skip
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, math_rows, args, message):
@@ -116,7 +120,9 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, math_rows, args, mes
 def test_cli_missing_input_file(tmp_path):
     result = CliRunner().invoke(command, ["--input", str(tmp_path / "none.jsonl"), "judge=accuracy"])
     assert result.exit_code == 2
-    assert f"Error: --input: '{tmp_path / 'none.jsonl'}' not found; expected a JSONL file of completions." in result.output
+    assert (
+        f"Error: --input: '{tmp_path / 'none.jsonl'}' not found; expected a JSONL file of completions." in result.output
+    )
 
 
 def test_cli_keeps_going_when_an_llm_judge_fails(tmp_path, math_rows):

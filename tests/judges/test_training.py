@@ -8,6 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learners"))  # the learner tests' fixtures
 
+import pytest  # noqa: E402
+from judge_server import JudgeServer  # noqa: E402
 from learner_helpers import register_test_env, run_config  # noqa: E402
 
 from lrmgym.judges.arena import ArenaJudgeConfig  # noqa: E402
@@ -27,7 +29,7 @@ def _run(tmp_path, judges):
     return summary, lines
 
 
-def test_training_continues_when_the_llm_judge_fails_and_counts_the_failures(tmp_path):
+def test_training_continues_when_the_llm_judge_talks_garbage_and_counts_the_failures(tmp_path):
     judges = {
         "accuracy": AccuracyJudgeConfig(),
         # a judge model that answers random text: every reply is unparseable, retried once, then ungradeable
@@ -40,8 +42,23 @@ def test_training_continues_when_the_llm_judge_fails_and_counts_the_failures(tmp
         assert m["judge/llm_pointwise/llm_parse_errors"] == 16
 
 
+def test_training_continues_when_the_http_judge_server_answers_500(tmp_path):
+    pytest.importorskip("lrmgym.policies.openai")
+    with JudgeServer("500") as server:
+        judges = {
+            "accuracy": AccuracyJudgeConfig(),
+            "llm_pointwise": PointwiseJudgeConfig(policy=server.policy(), max_retries=1, backoff_s=0, timeout_s=2),
+        }
+        summary, lines = _run(tmp_path, judges)
+    assert summary["steps"] == 2 and server.requests == 2 * 8 * 2  # steps x completions x attempts
+    assert [m["judge/llm_pointwise/llm_errors"] for m in lines] == [16, 16]
+    assert [m["judge/llm_pointwise/failures"] for m in lines] == [8, 8]
+
+
 def test_arena_metrics_reach_the_training_log(tmp_path):
-    judges = {"arena": ArenaJudgeConfig(pairwise={"kind": "rule_pairwise", "criteria": ["format"]}, route_when="always")}
+    judges = {
+        "arena": ArenaJudgeConfig(pairwise={"kind": "rule_pairwise", "criteria": ["format"]}, route_when="always")
+    }
     _, lines = _run(tmp_path, judges)
     for m in lines:
         assert m["judge/arena/groups"] == 2 and m["judge/arena/frac_routed"] == 1.0
