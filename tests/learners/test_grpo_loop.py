@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from learner_helpers import register_test_env, run_config
@@ -40,5 +41,95 @@ def test_run_writes_the_run_directory(tmp_path):
 def test_run_refuses_to_overwrite(tmp_path):
     cfg = run_config(_learner(steps=1))
     cfg.learner.run(cfg, tmp_path, resume=False)
-    with pytest.raises(FileExistsError):
+    msg = (
+        f"{tmp_path} already holds a run (metrics or checkpoints); resume it with "
+        f"`lrmgym run --resume {tmp_path}` or choose a new run.name."
+    )
+    with pytest.raises(FileExistsError, match=f"^{re.escape(msg)}$"):
         cfg.learner.run(cfg, tmp_path, resume=False)
+
+
+def _trainer(tmp_path, **kw):
+    from lrmgym.learners.grpo import GRPOTrainer
+
+    cfg = run_config(_learner(**kw))
+    trainer = GRPOTrainer(cfg.learner, cfg, tmp_path)
+    trainer._setup()
+    return trainer
+
+
+def _rollout_tokens(trainer):
+    from lrmgym.learners.advantages import group_advantages, scores_to_tensors
+    from lrmgym.learners.rollout import rollout, tokenize_trajectory
+    from lrmgym.policies.base import SamplingParams
+
+    tasks = [trainer.env.task_at(i, seed=0) for i in range(3)]
+    ro = rollout(trainer.env, trainer.policy, tasks, 4, SamplingParams(max_new_tokens=8, seed=1))
+    adv = group_advantages(*scores_to_tensors([[t.reward for t in g] for g in ro.groups])).advantages.reshape(-1)
+    seqs = [tokenize_trajectory(t, trainer.policy.tokenizer) for g in ro.groups for t in g]
+    return seqs, adv.tolist()
+
+
+@pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
+def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg):
+    import torch
+
+    whole = _trainer(tmp_path / "a", loss_agg=agg, max_grad_norm=None)
+    micro = _trainer(tmp_path / "b", loss_agg=agg, max_grad_norm=None, micro_batch_size=5)
+    seqs, adv = _rollout_tokens(whole)
+    assert any(a != 0 for a in adv)
+    whole._update(seqs, adv)
+    micro._update(seqs, adv)
+    # Compare the accumulated gradients (left in .grad after the step): Adam's update divides by the
+    # gradient's scale, which would magnify float noise in near-zero components.
+    for p, q in zip(whole.model.parameters(), micro.model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_several_epochs_and_minibatches_recompute_old_logprobs(tmp_path):
+    trainer = _trainer(tmp_path, epochs=2, minibatches=3, lr=1e-2)
+    seqs, adv = _rollout_tokens(trainer)
+    stats = trainer._update(seqs, adv)
+    # after the first of 6 optimizer steps the policy has moved, so some ratio differs from 1
+    assert stats["ratio_max"] > 1.0
+    assert stats["loss"] is not None and stats["clip_frac"] >= 0.0
+
+
+def test_multi_turn_run_on_tiny_model(tmp_path):
+    cfg = run_config(_learner(steps=2, group_size=3, prompts_per_step=2), max_turns=2)
+    cfg.learner.run(cfg, tmp_path, resume=False)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(1.0 < m["turns/mean"] <= 2.0 for m in lines)
+    assert all(m["retokenized_turns"] == 0 for m in lines)  # env tokens came from the policy's own encoding
+    sample = json.loads((tmp_path / "samples.jsonl").read_text().splitlines()[0])
+    roles = {tuple(t["role"] for t in traj["turns"]) for traj in sample["trajectories"]}
+    assert ("policy", "env", "policy") in roles
+
+
+class _MetricsEnv:
+    """A stand-in judge wrapper: forwards to the env and reports group metrics through pop_metrics()."""
+
+    def __init__(self, env):
+        self.env, self.calls = env, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def score_group(self, task, completions):
+        self.calls += 1
+        return self.env.score_group(task, completions)
+
+    def pop_metrics(self):
+        out, self.calls = {"groups_scored": self.calls}, 0
+        return out
+
+
+def test_judge_metrics_are_merged(tmp_path, monkeypatch):
+    import lrmgym.configs.build as build
+
+    real = build.make_env
+    monkeypatch.setattr(build, "make_env", lambda config: _MetricsEnv(real(config)))
+    cfg = run_config(_learner(steps=2))
+    cfg.learner.run(cfg, tmp_path, resume=False)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["judge/groups_scored"] for m in lines] == [4, 4]

@@ -122,3 +122,23 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     assert [m["step"] for m in got] == list(range(1, steps + 1))  # none missing, none repeated
     assert got == want
     assert json.loads((killed_dir / "summary.json").read_text())["status"] == "finished"
+
+
+def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
+    model = save_tiny_hf(tmp_path / "model", seed=1)
+    run_dir = tmp_path / "run"
+    _write_run_dir(run_dir, model, steps=500)
+    proc = subprocess.Popen(_cli("run", "--resume", str(run_dir)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while _lines(run_dir / "metrics.jsonl") < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert "Traceback" not in err.decode()
+    assert f"resume with: lrmgym run --resume {run_dir}" in err.decode()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    steps = [m["step"] for m in _stable(run_dir / "metrics.jsonl")]
+    assert steps == list(range(1, summary["steps"] + 1)) and 2 <= summary["steps"] < 500
+    assert (run_dir / "checkpoints" / f"step_{summary['steps']:06d}.pt").exists()

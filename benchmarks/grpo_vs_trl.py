@@ -1,0 +1,202 @@
+"""Seconds per GRPO step: lrmgym's native learner against TRL's GRPOTrainer, same model, same reward.
+
+Setup (identical on both sides): a freshly initialised Llama-config model with the tiny model's character
+tokenizer, saved once with ``save_pretrained`` and loaded by both; 8 prompts x group 4 x 32 new tokens per
+step, temperature 1, one update per step (no reuse), no KL term, no reference model, lr 1e-4, the same reward
+(the fraction of ``a`` characters in the completion, dense so every group has signal), 20 steps. The first
+step is warm-up and is left out of the per-step figures; both report the mean and the median of steps 2-20.
+
+TRL runs in its own virtual environment (it pins its own transformers/accelerate and is not a dependency of
+lrmgym), as a subprocess of this script running this same file with ``--trl-worker``. Create it once with::
+
+    python -m venv /tmp/trlvenv
+    /tmp/trlvenv/bin/pip install torch==2.13.0 trl transformers==5.24.0   # the same torch build as .venv
+
+Run (from the repository root, in lrmgym's venv)::
+
+    python benchmarks/grpo_vs_trl.py --trl-python /tmp/trlvenv/bin/python [--sizes tiny,2.6m] [--threads 2]
+
+The machine's load matters: report ``uptime`` beside the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROMPTS_PER_STEP, GROUP, NEW_TOKENS, STEPS, LR = 8, 4, 32, 20, 1e-4
+SIZES = {
+    # name: (hidden, layers, heads, mlp); head dim 32 like the tiny default model
+    "tiny": (128, 4, 4, 336),  # the tiny default model's shape, about 0.79 M parameters
+    "2.6m": (256, 3, 8, 768),  # about 2.6 M parameters
+}
+
+
+def reward_fraction_a(text: str) -> float:
+    """The shared reward: the fraction of characters that are ``a`` (0 for an empty completion)."""
+    return text.count("a") / len(text) if text else 0.0
+
+
+def prompt_text(i: int) -> str:
+    """Prompt ``i`` of the shared prompt stream."""
+    return f"Q{i % 97}:"
+
+
+# --------------------------------------------------------------------------------------------------- model
+def save_model(folder: Path, size: str, seed: int = 0) -> int:
+    """Write a freshly initialised model and the char tokenizer to ``folder``; returns the parameter count."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from lrmgym.policies.tiny import build_tokenizer
+
+    hidden, layers, heads, mlp = SIZES[size]
+    tok = build_tokenizer()
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=heads, intermediate_size=mlp, max_position_embeddings=256, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=None, eos_token_id=1,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------------------------------- lrmgym
+def run_lrmgym(model_dir: Path, out_dir: Path) -> list[float]:
+    """Seconds of each of the STEPS steps of the native learner."""
+    import gymnasium
+    import numpy as np
+
+    import lrmgym
+    from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
+    from lrmgym.core import Completion, Task, TextEnv, Verdict
+    from lrmgym.eval.config import EvalConfig
+    from lrmgym.learners.grpo import GRPOConfig
+    from lrmgym.policies.hf import HFPolicyConfig
+
+    class FractionAEnv(TextEnv):
+        """The benchmark's reward as an env."""
+
+        def make_task(self, index: int, rng: np.random.Generator) -> Task:
+            return Task(id=f"bench/{index}", prompt=prompt_text(index))
+
+        def verify(self, task: Task, completion: Completion) -> Verdict:
+            score = reward_fraction_a(completion.text)
+            return Verdict(score=score, correct=score >= 0.5)
+
+    if "lrmgym/BenchFractionA-v0" not in gymnasium.registry:
+        lrmgym.register("lrmgym/BenchFractionA-v0", FractionAEnv)
+    learner = GRPOConfig(
+        steps=STEPS, prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP, max_new_tokens=NEW_TOKENS, lr=LR,
+        track_kl=False, eval_before_after=False, checkpoint_every=10_000, progress=False,
+    )  # fmt: skip
+    config = RunConfig(
+        env=EnvConfig(id="lrmgym/BenchFractionA-v0"), policy=HFPolicyConfig(model=str(model_dir), device="cpu"),
+        learner=learner, eval=EvalConfig(), run=RunSection(seed=0),
+    )  # fmt: skip
+    learner.run(config, out_dir, resume=False)
+    lines = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return [m["time/step_s"] for m in lines]
+
+
+# --------------------------------------------------------------------------------------------------- TRL
+def trl_worker(model_dir: str, threads: int) -> None:
+    """Runs in TRL's venv: train STEPS steps with GRPOTrainer and print the step times as JSON."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(threads)
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            times.append(time.perf_counter() - self.t0)
+
+    def reward(completions, **kwargs):
+        return [reward_fraction_a(c) for c in completions]
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    data = Dataset.from_dict({"prompt": [prompt_text(i) for i in range(PROMPTS_PER_STEP * STEPS)]})
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, max_steps=STEPS, per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+            num_generations=GROUP, max_completion_length=NEW_TOKENS, learning_rate=LR, beta=0.0,
+            num_iterations=1, steps_per_generation=1, gradient_accumulation_steps=1, temperature=1.0,
+            use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1000,
+            disable_tqdm=True, dataloader_num_workers=0, seed=0, loss_type="grpo", shuffle_dataset=False,
+        )  # fmt: skip
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok)
+        trainer.add_callback(StepTimer())
+        trainer.train()
+    print("TRL_TIMES " + json.dumps(times), flush=True)
+
+
+def run_trl(trl_python: str, model_dir: Path, threads: int) -> list[float]:
+    """Run :func:`trl_worker` in TRL's venv and collect its step times."""
+    out = subprocess.run(
+        [trl_python, __file__, "--trl-worker", str(model_dir), "--threads", str(threads)],
+        capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    for line in out.stdout.splitlines():
+        if line.startswith("TRL_TIMES "):
+            return json.loads(line[len("TRL_TIMES ") :])
+    raise RuntimeError(f"TRL worker failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
+
+
+def _stats(times: list[float]) -> dict[str, float]:
+    steady = times[1:]  # the first step is warm-up
+    return {"mean_s": statistics.mean(steady), "median_s": statistics.median(steady), "first_s": times[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trl-python", default="/tmp/trlvenv/bin/python", help="python of the venv with trl")
+    parser.add_argument("--sizes", default="tiny,2.6m", help=f"comma-separated, from {sorted(SIZES)}")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.trl_worker:
+        trl_worker(args.trl_worker, args.threads)
+        return
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    results = {}
+    for size in args.sizes.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = Path(tmp) / "model"
+            params = save_model(model_dir, size)
+            ours = _stats(run_lrmgym(model_dir, Path(tmp) / "run"))
+            trl = _stats(run_trl(args.trl_python, model_dir, args.threads))
+        ratio = ours["mean_s"] / trl["mean_s"]
+        results[size] = {"params": params, "lrmgym": ours, "trl": trl, "ratio_mean": ratio,
+                         "ratio_median": ours["median_s"] / trl["median_s"]}  # fmt: skip
+        print(
+            f"{size:>5} ({params / 1e6:.2f} M params): lrmgym {ours['mean_s']:.3f} s/step (median "
+            f"{ours['median_s']:.3f}), TRL {trl['mean_s']:.3f} s/step (median {trl['median_s']:.3f}); "
+            f"ratio {ratio:.2f}x",
+            flush=True,
+        )
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
