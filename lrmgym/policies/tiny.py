@@ -116,3 +116,243 @@ def build_model(arch: TinyArch, vocab_size: int, seed: int) -> Any:
     )  # fmt: skip
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
+
+
+# --------------------------------------------------------------------------------------------------- training
+class TinyTrainConfig(BaseModel):
+    """How the tiny model is trained: data source, optimisation, seed. Part of the cache key."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    env: str = "lrmgym/Math-v0"
+    """Env whose train split provides the prompts and worked solutions (Task.metadata["solution"])."""
+    env_options: dict[str, Any] = Field(
+        default_factory=lambda: {"difficulty": 1, "style": "compact", "template": "r1", "split": "train"}
+    )
+    """Options of that env (must match the `env=math` preset, so train and test prompts look alike)."""
+    steps: int = Field(600, ge=1)
+    """Optimiser steps."""
+    batch_size: int = Field(32, ge=1)
+    """Sequences per step."""
+    lr: float = Field(3e-3, gt=0)
+    """Peak AdamW learning rate (linear warm-up, then cosine decay to 10 %)."""
+    warmup: int = Field(30, ge=0)
+    """Warm-up steps."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    data_seed: int = Field(0, ge=0)
+    """Seed of the training-task stream."""
+
+
+def _lr_factor(step: int, cfg: TinyTrainConfig) -> float:
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def env_examples(cfg: TinyTrainConfig, count: int) -> list[tuple[str, str]]:
+    """``count`` (prompt, worked solution) pairs from the env's train stream ``cfg.data_seed``.
+
+    Raises:
+        ValueError: if the env's tasks carry no ``metadata["solution"]`` or have chat prompts.
+    """
+    import lrmgym
+
+    env = lrmgym.make(cfg.env, **cfg.env_options).unwrapped
+    pairs = []
+    for index in range(count):
+        task = env.task_at(index, seed=cfg.data_seed)
+        solution = task.metadata.get("solution")
+        if not isinstance(solution, str) or not isinstance(task.prompt, str):
+            raise ValueError(
+                f"Task {task.id!r} of {cfg.env} has no text prompt with a metadata['solution'] string; the tiny "
+                "model is trained on worked solutions. Use an env whose tasks carry them (lrmgym/Math-v0)."
+            )
+        pairs.append((task.prompt, solution))
+    return pairs
+
+
+def _batches(pairs: list[tuple[str, str]], tokenizer: Any, batch_size: int) -> Iterator[tuple[Any, Any]]:
+    """Right-padded ``input_ids`` ``[B, T]`` and ``labels`` ``[B, T]`` (-100 on the prompt and padding)."""
+    import torch
+
+    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([t for _, t in pairs], add_special_tokens=False)["input_ids"]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    for start in range(0, len(pairs), batch_size):
+        rows = [(p, t + [eos]) for p, t in zip(prompts[start : start + batch_size], targets[start : start + batch_size])]
+        width = max(len(p) + len(t) for p, t in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        for r, (p, t) in enumerate(rows):
+            ids[r, : len(p) + len(t)] = torch.tensor(p + t)
+            labels[r, len(p) : len(p) + len(t)] = torch.tensor(t)
+        yield ids, labels
+
+
+def train_tiny(
+    model: Any, tokenizer: Any, cfg: TinyTrainConfig, pairs: list[tuple[str, str]], progress: bool = True
+) -> dict[str, Any]:
+    """Supervised training on (prompt, solution) pairs; the loss covers the solution and EOS only.
+
+    Returns:
+        Measured facts: seconds, tokens/s, first and final loss (mean over the last 20 steps).
+    """
+    import torch
+    import torch.nn.functional as F
+    from tqdm.auto import tqdm
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, cfg))
+    model.train()
+    losses, tokens, start = [], 0, time.perf_counter()
+    bar = tqdm(total=cfg.steps, desc="training tiny model", unit="step", disable=not progress)
+    for ids, labels in _batches(pairs, tokenizer, cfg.batch_size):
+        attention = (ids != tokenizer.pad_token_id).long()
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        tokens += int(attention.sum())
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
+    bar.close()
+    model.eval()
+    seconds = time.perf_counter() - start
+    return {"train_s": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "first_loss": losses[0],
+            "final_loss": float(sum(losses[-20:]) / len(losses[-20:]))}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------- cache
+def tiny_cache_root() -> Path:
+    """``$XDG_CACHE_HOME/lrmgym/tiny`` (``~/.cache/lrmgym/tiny`` when the variable is unset or empty)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lrmgym" / "tiny"
+
+
+class TinyPolicyConfig(BaseModel):
+    """The embedded default model: built on first use (a few minutes on 2 CPU cores), then loaded from the cache."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    kind: Literal["tiny"] = "tiny"
+    """Component kind."""
+    seed: int = Field(0, ge=0)
+    """Seed of the weight initialisation (with train.data_seed, fixes the weights)."""
+    arch: TinyArch = Field(default_factory=TinyArch)
+    """Model shape."""
+    train: TinyTrainConfig = Field(default_factory=TinyTrainConfig)
+    """Training recipe."""
+    path: str | None = None
+    """Load this checkpoint folder instead of the cache (e.g. a copy of a cache folder)."""
+    build_if_missing: bool = True
+    """Build the model when it is not cached; False makes a missing model an error."""
+    threads: int | None = Field(None, ge=1)
+    """torch threads while building (None keeps torch's default). Weights are reproducible per thread count."""
+    device: str = "cpu"
+    """Where to run the policy ("cpu", "cuda", "auto")."""
+    batch_size: int = Field(256, ge=1)
+    """Most sequences sampled in one batch."""
+
+    def key(self) -> str:
+        """The cache key: a hash of everything that determines the weights."""
+        spec = {"format": FORMAT_VERSION, "seed": self.seed, "arch": self.arch.model_dump(mode="json"),
+                "train": self.train.model_dump(mode="json")}  # fmt: skip
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+    def cache_dir(self) -> Path:
+        """The folder this config's model lives in: ``path``, or the cache folder for :meth:`key`."""
+        return Path(self.path).expanduser() if self.path else tiny_cache_root() / self.key()
+
+    def build(self) -> Any:
+        """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy` (building and caching it if needed)."""
+        folder = self.cache_dir()
+        if not (folder / "build.json").is_file() and not (self.path and (folder / "config.json").is_file()):
+            if self.path:
+                raise FileNotFoundError(f"policy.path={self.path!r} holds no tiny model (no config.json).")
+            if not self.build_if_missing:
+                raise FileNotFoundError(
+                    f"The tiny model for this config is not built yet (expected in {folder}). "
+                    "Run `lrmgym tiny build` or set policy.build_if_missing=true."
+                )
+            build_tiny(self)
+        return load_tiny(folder, device=self.device, batch_size=self.batch_size)
+
+
+def load_tiny(folder: Path, device: str = "cpu", batch_size: int = 256) -> Any:
+    """Load a tiny-model folder (any HF checkpoint works) as an :class:`~lrmgym.policies.hf.HFPolicy`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lrmgym.policies.hf import HFPolicy
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    return HFPolicy(model.eval(), tokenizer, device=device, chat_template=False, batch_size=batch_size)
+
+
+def build_tiny(
+    cfg: TinyPolicyConfig,
+    force: bool = False,
+    progress: bool = True,
+    examples: Callable[[TinyTrainConfig, int], list[tuple[str, str]]] = env_examples,
+) -> Path:
+    """Build, train and cache the tiny model for ``cfg``; returns its folder.
+
+    The model is written to a temporary folder beside the cache entry and renamed into place, so a crash or a
+    concurrent build never leaves a half-written model. An existing entry is kept unless ``force``.
+
+    Args:
+        cfg: The tiny model's config.
+        force: Rebuild even when cached.
+        progress: Show a progress bar.
+        examples: Where (prompt, solution) pairs come from (tests swap in a small source).
+    """
+    import torch
+
+    folder = cfg.cache_dir()
+    if (folder / "build.json").is_file() and not force:
+        return folder
+    start, load_before = time.perf_counter(), _loadavg()
+    threads_before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        pairs = examples(cfg.train, cfg.train.steps * cfg.train.batch_size)
+        data_s = time.perf_counter() - start
+        tokenizer = build_tokenizer()
+        model = build_model(cfg.arch, len(tokenizer), cfg.seed)
+        facts = train_tiny(model, tokenizer, cfg.train, pairs, progress=progress)
+    finally:
+        torch.set_num_threads(threads_before)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        facts.update(
+            key=cfg.key(), config=cfg.model_dump(mode="json", exclude={"path", "device", "batch_size"}),
+            params=sum(p.numel() for p in model.parameters()), weight_bytes=(tmp / "model.safetensors").stat().st_size,
+            data_s=data_s, build_s=time.perf_counter() - start, threads=cfg.threads or threads_before,
+            torch=torch.__version__, loadavg_before=load_before, loadavg_after=_loadavg(), cpus=os.cpu_count(),
+        )  # fmt: skip
+        (tmp / "build.json").write_text(json.dumps(facts, indent=2) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None

@@ -1,0 +1,165 @@
+"""The hf policy and its sampler on a tiny Llama built from a config inside the test."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from lrmgym.policies.base import SamplingParams, TrainablePolicy
+from lrmgym.policies.hf import HFPolicy, HFPolicyConfig, render_plain_chat
+from lrmgym.policies.sampling import filter_logits
+from lrmgym.policies.tiny import TinyArch, build_model, build_tokenizer
+
+PROMPTS = ["Q:Compute 93+13+41. A:", "Q:x-5=4. x=? A:", "Q:1+1. A:"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def policy(tokenizer):
+    model = build_model(TinyArch(hidden=64, layers=2, heads=2, mlp=128), len(tokenizer), seed=0)
+    return HFPolicy(model, tokenizer, device="cpu", batch_size=4)
+
+
+def _fresh_logits(policy: HFPolicy, prompt_ids: list[int], completion_ids: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        return policy.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()  # [C, V]
+
+
+def test_is_a_trainable_policy(policy):
+    assert isinstance(policy, TrainablePolicy)
+
+
+def test_shapes_and_fields(policy):
+    out = policy.generate(PROMPTS, n=3, sampling=SamplingParams(max_new_tokens=12, seed=0))
+    assert [len(g) for g in out] == [3, 3, 3]
+    for prompt, group in zip(PROMPTS, out):
+        for c in group:
+            assert c.prompt_token_ids == policy.encode_prompt(prompt)
+            assert 1 <= len(c.token_ids) <= 12 and len(c.logprobs) == len(c.token_ids)
+            assert c.finish_reason in ("stop", "length")
+            assert c.text == policy.decode(c.token_ids)
+
+
+def test_logprobs_match_a_fresh_forward_pass_at_temperature_one(policy):
+    # Rows of different prompt lengths share a left-padded batch: padding must not change anything.
+    out = policy.generate(PROMPTS, n=2, sampling=SamplingParams(max_new_tokens=20, seed=1))
+    for group in out:
+        for c in group:
+            fresh = torch.log_softmax(_fresh_logits(policy, c.prompt_token_ids, c.token_ids), -1)
+            expected = fresh.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+            assert policy.logprobs(c.prompt_token_ids, c.token_ids) == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_logprobs_are_under_the_processed_distribution(policy):
+    sampling = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, max_new_tokens=16, seed=2)
+    for c in policy.generate(PROMPTS, n=2, sampling=sampling)[0]:
+        logits = _fresh_logits(policy, c.prompt_token_ids, c.token_ids)
+        processed = torch.log_softmax(filter_logits(logits, sampling), -1)  # [C, V]
+        expected = processed.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+        assert torch.isfinite(expected).all()  # every sampled token survived the filters
+        assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+        kept = torch.isfinite(processed).sum(-1)
+        assert (kept <= 5).all()
+
+
+def test_filter_logits_top_p_keeps_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = torch.isfinite(filter_logits(logits, SamplingParams(top_p=0.8)))
+    assert kept.tolist() == [[True, True, False, False]]
+    kept = torch.isfinite(filter_logits(logits, SamplingParams(top_p=0.81)))
+    assert kept.tolist() == [[True, True, True, False]]
+
+
+def test_same_seed_same_samples_other_seed_differs(policy):
+    a = policy.generate(PROMPTS, n=2, sampling=SamplingParams(max_new_tokens=16, seed=7))
+    b = policy.generate(PROMPTS, n=2, sampling=SamplingParams(max_new_tokens=16, seed=7))
+    c = policy.generate(PROMPTS, n=2, sampling=SamplingParams(max_new_tokens=16, seed=8))
+    ids = lambda out: [x.token_ids for g in out for x in g]  # noqa: E731
+    assert ids(a) == ids(b) and ids(a) != ids(c)
+
+
+def test_greedy_matches_transformers_generate(policy, tokenizer):
+    out = policy.generate(PROMPTS, n=1, sampling=SamplingParams(temperature=0, max_new_tokens=10))
+    for prompt, (c,) in zip(PROMPTS, out):
+        ids = torch.tensor([c.prompt_token_ids])
+        ref = policy.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
+                                    eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        assert c.token_ids == ref[0, ids.shape[1] :].tolist()
+
+
+def test_max_new_tokens_and_stop_strings(policy):
+    (c,), = policy.generate([PROMPTS[0]], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=15))
+    if c.finish_reason == "stop":
+        pytest.skip("the random model ended early; nothing to cut")
+    assert c.finish_reason == "length" and len(c.token_ids) == 15
+    stop = c.text[5:7]
+    (s,), = policy.generate([PROMPTS[0]], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=15, stop=(stop,)))
+    assert s.finish_reason == "stop"
+    assert s.text == c.text[: c.text.find(stop) + len(stop)]
+    assert s.token_ids == c.token_ids[: len(s.token_ids)] and len(s.token_ids) < 15
+
+
+def test_eos_ends_a_sequence_and_is_kept_in_token_ids(tokenizer):
+    model = build_model(TinyArch(hidden=64, layers=1, heads=2, mlp=64), len(tokenizer), seed=3)
+    with torch.no_grad():  # make EOS overwhelmingly likely after any prefix
+        model.model.embed_tokens.weight[tokenizer.eos_token_id] *= 0
+        model.model.norm.weight.fill_(1.0)
+        model.lm_head.weight.data = model.lm_head.weight.data.clone()
+        model.config.tie_word_embeddings = False
+    policy = HFPolicy(model, tokenizer)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[tokenizer.eos_token_id] = 0  # all logits equal -> bias EOS by a huge margin below
+    bias = torch.zeros(len(tokenizer))
+    bias[tokenizer.eos_token_id] = 50.0
+    model.lm_head.register_forward_hook(lambda mod, inp, out: out + bias)
+    (c,), = policy.generate(["Q:1+1. A:"], n=1, sampling=SamplingParams(max_new_tokens=8, seed=0))
+    assert c.token_ids == [tokenizer.eos_token_id] and c.finish_reason == "stop" and c.text == ""
+    assert c.logprobs[0] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_chat_prompts_use_the_template_when_there_is_one(policy, tokenizer):
+    chat = [{"role": "user", "content": "Q:1+1. A:"}]
+    assert policy.render_prompt(chat) == render_plain_chat(chat) == "user: Q:1+1. A:\nassistant: "
+    templated = HFPolicy(policy.model, build_tokenizer())
+    templated.tokenizer.chat_template = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}>"
+    assert templated.render_prompt(chat) == "[user]Q:1+1. A:>"
+    assert templated.encode_prompt(chat) == tokenizer("[user]Q:1+1. A:>")["input_ids"]
+    assert len(templated.generate([chat], n=2, sampling=SamplingParams(max_new_tokens=3))[0]) == 2
+
+
+def test_bad_arguments_are_clear_errors(policy):
+    with pytest.raises(ValueError, match=f"^{re.escape('n (samples per prompt) must be a positive integer, got 0.')}$"):
+        policy.generate(PROMPTS, n=0)
+    with pytest.raises(TypeError, match="^prompts must be a list of prompts; wrap a single prompt as \\[prompt\\].$"):
+        policy.generate("Q:1+1. A:")
+    with pytest.raises(TypeError, match="^A prompt must be a str or a list of chat messages"):
+        policy.generate([42])
+
+
+def test_config_builds_from_a_folder_with_lora(policy, tmp_path):
+    policy.save(tmp_path / "m")
+    plain = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu").build()
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    assert plain.generate(PROMPTS, sampling=greedy)[0][0].token_ids == policy.generate(PROMPTS, sampling=greedy)[0][0].token_ids
+    lora = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu", lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}).build()
+    trainable = [n for n, p in lora.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    c = lora.generate(PROMPTS[:1], n=2, sampling=SamplingParams(max_new_tokens=6, seed=0))[0][0]
+    assert lora.logprobs(c.prompt_token_ids, c.token_ids) == pytest.approx(c.logprobs, abs=1e-4)
+
+
+def test_config_errors(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(f'policy.model={missing!r} is not a folder.')}"):
+        HFPolicyConfig(model=missing).build()
+    with pytest.raises(ValueError, match="dtype\n  Input should be 'auto', 'float32', 'bfloat16' or 'float16'"):
+        HFPolicyConfig(model="x", dtype="fp8")
