@@ -18,19 +18,18 @@ secret from memory). Here the harness process ``H`` never executes candidate cod
    ``/proc/<H>/fd/1`` or ``/proc/<H>/mem``. Killing ``H`` yields no result, which the parent scores 0.
 4. ``H`` writes the only result line, after the tests ran, to its stdout, which ``C`` does not hold.
 
-Wire format from the parent: two frames, each an 8-byte big-endian length then UTF-8 JSON.
+Wire format from the parent: two frames, each an 8-byte big-endian length then a ``marshal`` payload
+(not JSON: importing ``json`` pulls in ``re`` and ``enum`` and costs more than the rest of the harness).
 Frame 1: ``{"code", "mode": "call"|"stdio", "deadline_s", "out_cap", "limits": {name: value}}``.
 Frame 2: ``{"units": [{"src", "test"}...], "prelude", "bind": {name: remote name}, "cases": [{"stdin", "stdout"}]}``.
-Result (stdout): ``LRMGYM-RESULT <json>`` with ``status``, ``passed``, ``total``, per-test ``results`` and
+Result (stdout): ``LRMGYM-RESULT\n``, an 8-byte length, then a marshalled dict with ``status``, ``passed``, ``total``, per-test ``results`` and
 the candidate's captured ``output`` (truncated).
 """
 
 import builtins
-import json
 import marshal
 import os
 import select
-import signal
 import sys
 import time
 
@@ -41,6 +40,7 @@ _CONTAINERS = (list, tuple, set, frozenset, dict)
 _MAX_MSG = 32 << 20  # largest reply H accepts from C
 _MAX_ITEMS = 1_000_000  # most values H decodes from one reply
 _ITER_CAP = 100_000  # most items C materializes from an iterator result
+_SIGKILL = 9  # not signal.SIGKILL: importing `signal` imports `enum`, a large share of the start-up time
 _MAX_GLOBAL = 1 << 16  # globals whose data is larger are sent as handles
 # Standard-library modules H never imports on the candidate's behalf (side effects on import).
 _NO_IMPORT = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "webbrowser", "pydoc"}
@@ -61,7 +61,7 @@ def _read_exact(fd, n):
 
 
 def _read_frame(fd):
-    return json.loads(_read_exact(fd, int.from_bytes(_read_exact(fd, 8), "big")))
+    return marshal.loads(_read_exact(fd, int.from_bytes(_read_exact(fd, 8), "big")))
 
 
 def _write_all(fd, data):
@@ -251,21 +251,23 @@ class Harness:
         os.close(fd)
         self._stdin_fd = None
 
-    def kill(self):
+    def kill(self, wait=True):
+        """SIGKILL C's process group; ``wait=False`` at exit, where the sandbox teardown reaps it."""
         if self.pid is None:
             return
         try:
-            os.killpg(self.pid, signal.SIGKILL)
+            os.killpg(self.pid, _SIGKILL)
         except OSError:
             pass
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, _SIGKILL)
         except OSError:
             pass
-        try:
-            os.waitpid(self.pid, 0)
-        except OSError:
-            pass
+        if wait:
+            try:
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
         for fd in (self.req_w, self.rep_r, self.out_r):
             try:
                 os.close(fd)
@@ -563,20 +565,24 @@ def _set_limits(limits):
 
 
 def _non_dumpable():
-    """PR_SET_DUMPABLE 0: same-uid processes can no longer ptrace H or open its /proc files."""
-    import ctypes
+    """PR_SET_DUMPABLE 0: same-uid processes can no longer ptrace H or open its /proc files.
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+    Calls prctl through the ``_ctypes`` extension directly: importing the ``ctypes`` package costs several
+    milliseconds of start-up, every run.
+    """
+    import _ctypes
+
+    prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
+    if _ctypes.call_function(prctl, (4, 0, 0, 0, 0)) != 0 or _ctypes.call_function(prctl, (3, 0, 0, 0, 0)) != 0:
+        raise OSError("prctl(PR_SET_DUMPABLE, 0) failed")  # 4 = PR_SET_DUMPABLE, 3 = PR_GET_DUMPABLE
 
 
 def main():
-    out = os.fdopen(os.dup(1), "w")
+    out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing else in H prints on the result channel by accident
     _non_dumpable()
-    out.write("LRMGYM-HARNESS-START\n")
+    out.write(b"LRMGYM-HARNESS-START\n")
     out.flush()
     job = _read_frame(0)
     _set_limits(job.get("limits", {}))
@@ -596,7 +602,7 @@ def main():
     except _Abort as abort:
         h.status = abort.status
     finally:
-        h.kill()
+        h.kill(wait=False)
     if tests is None:
         total = 0
     elif job["mode"] == "call":
@@ -615,7 +621,8 @@ def main():
         "output": bytes(h.output).decode("utf-8", "replace"),
         "output_bytes": h.output_bytes,
     }
-    out.write("LRMGYM-RESULT " + json.dumps(report) + "\n")
+    data = marshal.dumps(report)
+    out.write(b"LRMGYM-RESULT\n" + len(data).to_bytes(8, "big") + data)
     out.flush()
 
 
