@@ -577,6 +577,43 @@ def _non_dumpable():
         raise OSError("prctl(PR_SET_DUMPABLE, 0) failed")  # 4 = PR_SET_DUMPABLE, 3 = PR_GET_DUMPABLE
 
 
+def _private_filesystem(hide, tmpfs_bytes):
+    """unshare fallback: cover host folders with empty tmpfs, then give up every capability.
+
+    H runs as root of its own user namespace (mapped to the unprivileged slot uid on the host), so it may
+    mount in its mount namespace. ``/tmp`` becomes a private size-capped writable tmpfs (the work dir);
+    the other folders become empty read-only tmpfs. Then the capability bounding set, the permitted,
+    effective and inheritable sets are emptied and no_new_privs is set, so C is a uid without any
+    capability: host files get the permissions of "other", and the mounts cannot be undone (a nested
+    namespace sees them locked).
+    """
+    import _ctypes
+
+    libc = _ctypes.dlopen(None)
+    mount, prctl, capset = (_ctypes.dlsym(libc, name) for name in ("mount", "prctl", "capset"))
+    for path in hide:
+        if not os.path.isdir(path):
+            continue
+        writable = path == "/tmp"
+        opts = b"size=%d,mode=1777" % tmpfs_bytes if writable else b"size=4096,mode=755"
+        flags = 2 | 4 | (0 if writable else 1)  # MS_NOSUID | MS_NODEV, plus MS_RDONLY for the covers
+        if _ctypes.call_function(mount, (b"tmpfs", path.encode(), b"tmpfs", flags, opts)) != 0:
+            raise OSError("cannot cover %s with a tmpfs" % path)
+    os.mkdir("/tmp/work")
+    os.chdir("/tmp/work")
+    for cap in range(64):
+        _ctypes.call_function(prctl, (24, cap, 0, 0, 0))  # PR_CAPBSET_DROP (EINVAL past the last cap)
+    if _ctypes.call_function(prctl, (38, 1, 0, 0, 0)) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError("cannot set no_new_privs")
+    header = (0x20080522).to_bytes(4, sys.byteorder) + bytes(4)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    if _ctypes.call_function(capset, (header, bytes(24))) != 0:
+        raise OSError("cannot drop capabilities")
+    with open("/proc/self/status") as f:
+        caps = [line.split()[1] for line in f if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
+    if any(int(c, 16) for c in caps):
+        raise OSError("capabilities remain after dropping them: %s" % caps)
+
+
 def main():
     out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -585,6 +622,9 @@ def main():
     out.write(b"LRMGYM-HARNESS-START\n")
     out.flush()
     job = _read_frame(0)
+    if job.get("hide"):
+        _private_filesystem(job["hide"], int(job["tmpfs_bytes"]))
+        _non_dumpable()
     _set_limits(job.get("limits", {}))
     h = Harness(job)
     results = []

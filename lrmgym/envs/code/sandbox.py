@@ -72,6 +72,7 @@ HARNESS_SOURCE = (Path(__file__).with_name("harness.py")).read_text(encoding="ut
 _START = b"LRMGYM-HARNESS-START\n"
 _RESULT = b"LRMGYM-RESULT\n"
 _PYTHON_FLAGS = ("-S", "-s", "-P", "-B")  # no site-packages, no user site, no script dir on sys.path, no .pyc
+_HIDE = ("/tmp", "/var/tmp", "/dev/shm", "/var", "/home", "/root", "/run", "/mnt", "/media", "/srv", "/opt", "/work")
 _HARNESS_INSIDE = "/lrmgym_harness.pyc"  # where bwrap mounts the compiled harness
 _GRACE_S = 0.5  # how long past the harness's own deadline the hard kill waits
 _STDERR_CAP = 1 << 16  # bytes of the sandbox's own stderr kept (bwrap errors, harness tracebacks)
@@ -79,9 +80,10 @@ _STDERR_CAP = 1 << 16  # bytes of the sandbox's own stderr kept (bwrap errors, h
 ISOLATION = {
     "bwrap": "bubblewrap: user+pid+net+mount+ipc+uts namespaces, read-only minimal root, tmpfs work dir, "
     "cleared env, no capabilities",
-    "unshare": "unshare fallback: user+pid+net+mount namespaces, cleared env; the host filesystem is VISIBLE "
-    "with the sandbox uid's permissions (world-readable files readable, world-writable dirs such as /tmp "
-    "writable). Install bubblewrap (apt-get install bubblewrap) for full isolation",
+    "unshare": "unshare fallback: user+pid+net+mount+ipc+uts namespaces, cleared env, no capabilities; "
+    "/tmp, /var, /home, /root, /run, /mnt, /media, /srv, /opt, /work and the caller's folder are covered by "
+    "empty tmpfs, but the REST OF THE HOST FILESYSTEM (/etc, /usr, ...) IS VISIBLE with 'other' permissions. "
+    "Install bubblewrap (apt-get install bubblewrap) for a minimal root",
     "process": "NO ISOLATION beyond a separate process: no namespaces, host filesystem and network reachable; "
     "rlimits, cleared env and the wall-clock kill only. Use only for trusted code or tests",
 }
@@ -214,6 +216,8 @@ def _bwrap_argv(limits: Limits, binds: Sequence[str], extra: Sequence[str], comm
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",  # no nested user namespaces: less kernel surface for the candidate
         "--die-with-parent",
         "--new-session",
         "--cap-drop",
@@ -446,6 +450,20 @@ class SandboxPool:
         os.chmod(dst, 0o644)
         return str(dst)
 
+    def _hidden_folders(self) -> list[str]:
+        """unshare fallback: host folders covered by tmpfs, except those holding the interpreter.
+
+        (The harness file may be covered: the interpreter has read it before the harness mounts anything.)
+        """
+        keep = [str(Path(self.python).resolve().parents[1])]
+        hide = [*_HIDE, os.getcwd(), str(Path.home())]
+        out = []
+        for path in dict.fromkeys(hide):
+            if path == "/" or any(k == path or k.startswith(path.rstrip("/") + "/") for k in keep):
+                continue
+            out.append(path)
+        return out
+
     def _harness_argv(self, inside_path: str | None) -> list[str]:
         if self._harness_pyc is None:
             return [self.python, *_PYTHON_FLAGS, "-c", HARNESS_SOURCE]
@@ -460,7 +478,9 @@ class SandboxPool:
             extra = [] if self._harness_pyc is None else ["--ro-bind", self._harness_pyc, _HARNESS_INSIDE]
             return _bwrap_argv(limits, binds, extra, self._harness_argv(_HARNESS_INSIDE))
         if self.backend == "unshare":
-            ns = ["--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--mount-proc", "--net"]
+            # Root of a fresh user namespace (the host sees the slot uid): the harness covers host folders
+            # with tmpfs, then drops every capability before any candidate code runs.
+            ns = ["--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc", "--net"]
             return ["unshare", *ns, "--ipc", "--uts", "--", *self._harness_argv(None)]
         return self._harness_argv(None)
 
@@ -472,6 +492,8 @@ class SandboxPool:
             "out_cap": limits.output_bytes,
             "limits": limits.rlimits(),
         }
+        if self.backend == "unshare":
+            first.update(hide=self._hidden_folders(), tmpfs_bytes=limits.tmpfs_mb << 20)
         second = {"units": list(job.units), "prelude": job.prelude, "bind": job.bind, "cases": list(job.cases)}
         out = b""
         for frame in (first, second):

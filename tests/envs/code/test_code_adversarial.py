@@ -2,8 +2,8 @@
 
 For each case: the expected score (all-or-nothing: every test must pass), done within timeout + 1 s,
 nothing written outside the sandbox, the caller and the pool alive (a control job passes afterwards), and no
-process of the sandbox uids left behind. Cases that a backend cannot contain by design are skipped with the
-reason, never passed silently (the unshare fallback leaves the host filesystem visible).
+process of the sandbox uids left behind. Both backends hold every case: the unshare fallback covers /tmp,
+/var, /home, /root, /run, /mnt, /media, /srv, /opt, /work and the caller's folder with tmpfs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,8 +37,6 @@ class Case:
     tests: tuple[str, ...] = ADD_TESTS
     status: str | None = None
     host_absent: tuple[str, ...] = ()
-    needs: tuple[str, ...] = field(default_factory=tuple)
-    """'fs': needs a private filesystem view (not the unshare fallback)."""
 
 
 def _units(tests: tuple[str, ...]) -> tuple[dict, ...]:
@@ -85,14 +83,12 @@ CASES = [
         f"import subprocess\nsubprocess.run('touch /tmp/lrm_pwned_sub_{TOKEN}', shell=True)\n" + CORRECT_ADD,
         None,
         host_absent=(f"/tmp/lrm_pwned_sub_{TOKEN}",),
-        needs=("fs",),
     ),
     Case(
         "posix_system_bypass",
         f"import posix\nposix.system('touch /tmp/lrm_pwned_posix_{TOKEN}')\n" + CORRECT_ADD,
         None,
         host_absent=(f"/tmp/lrm_pwned_posix_{TOKEN}",),
-        needs=("fs",),
     ),
     # Killing the harness must never pass a wrong answer. (Under bwrap the harness is pid 2 and dies; under
     # the unshare fallback it is pid 1 of the namespace and ignores the signal; either way the score is 0.)
@@ -135,7 +131,6 @@ CASES = [
         f"open('/tmp/lrm_pwned_tmp_{TOKEN}', 'w').write('x')\n" + CORRECT_ADD,
         1.0,
         host_absent=(f"/tmp/lrm_pwned_tmp_{TOKEN}",),
-        needs=("fs",),
     ),
     Case(
         "write_callers_working_directory",
@@ -158,7 +153,6 @@ CASES = [
         f"def add(a, b):\n    try:\n        open({str(WORLD_SECRET)!r}).read(); return 0\n    except OSError:\n"
         "        return a + b\n",
         1.0,
-        needs=("fs",),
     ),
     Case(
         "read_environment_secret",
@@ -277,8 +271,6 @@ def host_setup():
 
 def run_case(pool: SandboxPool, case: Case, port: int) -> None:
     """Run one case and assert every guarantee of the battery."""
-    if "fs" in case.needs and pool.backend == "unshare":
-        pytest.skip("the unshare fallback leaves the host filesystem visible (documented gap); bwrap covers it")
     code = case.code.replace("PORT", str(port))
     start = time.monotonic()
     result = pool.run(Job(code=code, units=_units(case.tests)))
