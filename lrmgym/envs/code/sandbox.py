@@ -115,14 +115,18 @@ class Limits:
     fsize_mb: int = 16
     tmpfs_mb: int = 64
 
-    def rlimits(self) -> dict[str, int]:
-        """The rlimits the harness applies to itself before forking the candidate."""
+    def rlimits(self, nproc_base: int = 0) -> dict[str, int]:
+        """The rlimits the harness applies to itself before forking the candidate.
+
+        ``nproc_base``: tasks the sandbox uid already runs elsewhere (``RLIMIT_NPROC`` counts every task of
+        the real uid): 0 for a dedicated slot uid, the caller's own count when not running as root.
+        """
         return {
             "cpu": int(self.timeout_s) + 2,
             "as": self.memory_mb << 20,
             "fsize": self.fsize_mb << 20,
             "nofile": self.nofile,
-            "nproc": self.nproc,
+            "nproc": nproc_base + self.nproc,
             "core": 0,
         }
 
@@ -490,7 +494,7 @@ class SandboxPool:
             "mode": job.mode,
             "deadline_s": limits.timeout_s,
             "out_cap": limits.output_bytes,
-            "limits": limits.rlimits(),
+            "limits": limits.rlimits(0 if _is_root() else _tasks_of_uid(os.getuid())),
         }
         if self.backend == "unshare":
             first.update(hide=self._hidden_folders(), tmpfs_bytes=limits.tmpfs_mb << 20)
@@ -674,6 +678,18 @@ def _decode_report(data: bytes) -> dict[str, Any] | None:
     except (EOFError, ValueError, TypeError):
         return None
     return report if ok else None
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """Processes plus threads of ``uid`` (what ``RLIMIT_NPROC`` counts), read from ``/proc``."""
+    total = 0
+    for pid in processes_of_uid(uid):
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith(b"Threads:")), 1)
+        except OSError:
+            continue
+    return total
 
 
 def processes_of_uid(uid: int) -> list[int]:
