@@ -28,7 +28,22 @@ import time
 from typing import Any
 
 _MEMORY_LIMIT_BYTES = 3 << 30
-_GOLD_MEMO_SIZE = 4096
+_PARSE_MEMO_SIZE = 4096
+
+
+# Pairs checked once at start-up: sympy and math-verify load parts of themselves on first use (complex numbers,
+# intervals, floats), which costs 0.1-0.4 s each on a cold worker and must not eat into a real check's budget.
+_WARM_UP = (
+    ("6 - 5 i", "-5 i + 6"),
+    ("(3,4]", "(3, 4]"),
+    ("\\pi", "3.14159"),
+    ("y=2x+3", "2x+3"),
+    ("x^5 - x^4 + x - 1", "x^{5} - x^{4} + x - 1"),
+    ("\\begin{pmatrix} -1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} -1.0 \\\\ 2 \\end{pmatrix}"),
+    ("\\text{Evelyn}", "Evelyn"),
+    ("\\frac{\\sqrt3}{2}", "\\sqrt{3}/2"),
+    ("\\{1,2\\}", "1,2"),
+)
 
 
 class _BudgetExceeded(BaseException):
@@ -61,18 +76,21 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 _IMAGINARY_RE = re.compile(r"(?<=\d)i\b")
+_SPACING_RE = re.compile(r"(?<!\\)\\[,;: ]")  # not the "\\ " of a matrix row break
 
 
 def _prepare(answer: str) -> str:
     """Spell what math-verify reads inconsistently in one way, then give it an anchor.
 
     - ``\\$`` is dropped: math-verify cannot parse ``\\boxed{\\$32,\\!348}`` at all.
+    - LaTeX spacing (``\\,``, ``\\;``, ``\\:``, ``\\ ``) becomes a space: math-verify reads
+      ``15\\text{ cm}^2\\,`` as ``15 cm**2`` but ``15\\text{ cm}^2`` as 15.
     - ``5i`` becomes ``5 i``: math-verify treats ``i`` as the imaginary unit only when it stands alone
       (``6 - 5 i``), so ``6-5i`` and ``6 - 5 i`` would otherwise be different things.
     - Bare LaTeX such as ``\\frac12`` is not found without an anchor, so it is wrapped in ``\\boxed{}``
       (or ``$...$`` when its braces do not balance).
     """
-    answer = _IMAGINARY_RE.sub(" i", answer.replace("\\$", ""))
+    answer = _SPACING_RE.sub(" ", _IMAGINARY_RE.sub(" i", answer.replace("\\$", ""))).strip()
     if any(marker in answer for marker in ("$", "\\boxed", "\\[", "\\(", "\\fbox")):
         return answer
     depth = 0
@@ -84,34 +102,40 @@ def _prepare(answer: str) -> str:
 
 
 class _Checker:
-    """Holds math-verify (imported once) and a small memo of parsed gold answers."""
+    """Holds math-verify (imported once) and a bounded memo of parsed answers."""
 
     def __init__(self) -> None:
         import math_verify
 
         self._parse = math_verify.parse
         self._verify = math_verify.verify
-        self._gold_memo: dict[str, Any] = {}
+        self._memo: dict[str, Any] = {}
 
-    def _parse_gold(self, gold: str) -> Any:
-        parsed = self._gold_memo.get(gold)
+    def _parsed(self, answer: str) -> Any:
+        """math-verify's parse of ``answer``, memoised: a group of samples often repeats the same answer.
+
+        Only completed parses are stored (a parse cut by the timer raises past this), and only as objects:
+        they are never printed (``str()`` of some parses hangs).
+        """
+        parsed = self._memo.get(answer)
         if parsed is None:
-            parsed = self._parse(_prepare(gold), parsing_timeout=None)
-            if len(self._gold_memo) >= _GOLD_MEMO_SIZE:
-                self._gold_memo.clear()
-            self._gold_memo[gold] = parsed
+            parsed = self._parse(_prepare(answer), parsing_timeout=None)
+            if len(self._memo) >= _PARSE_MEMO_SIZE:
+                self._memo.clear()
+            self._memo[answer] = parsed
         return parsed
 
     def check(self, gold: str, pred: str, budget: float) -> dict[str, Any]:
         signal.setitimer(signal.ITIMER_REAL, max(budget, 0.01))
         try:
-            gold_parsed = self._parse_gold(gold)
-            if all(isinstance(item, str) for item in gold_parsed):  # nothing but math-verify's raw-string fallback
-                return {"status": "gold_unparsed", "equal": False}
-            pred_parsed = self._parse(_prepare(pred), parsing_timeout=None)
+            gold_parsed = self._parsed(gold)
+            gold_is_text = all(isinstance(item, str) for item in gold_parsed)  # only the raw-string fallback
+            pred_parsed = self._parsed(pred)
             if not pred_parsed:
-                return {"status": "pred_unparsed", "equal": False}
+                return {"status": "gold_unparsed" if gold_is_text else "pred_unparsed", "equal": False}
             equal = bool(self._verify(gold_parsed, pred_parsed, timeout_seconds=None))
+            if gold_is_text and not equal:  # a string mismatch says nothing when the gold is not maths we can read
+                return {"status": "gold_unparsed", "equal": False}
             if not equal and all(isinstance(item, str) for item in pred_parsed):
                 return {"status": "pred_unparsed", "equal": False}
             return {"status": "ok", "equal": equal}
@@ -141,6 +165,8 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the parent's terminal is the parent's business
     checker = _Checker()
+    for gold, pred in _WARM_UP:
+        checker.check(gold, pred, 10.0)
     protocol.write('{"status": "ready"}\n')
     for line in sys.stdin:
         try:

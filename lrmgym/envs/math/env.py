@@ -30,19 +30,15 @@ class MathConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     source: str = "procedural"
-    """Where problems come from: 'procedural' (infinite generator), 'gsm8k', 'math500', or a path to a local
-    JSONL / JSONL.gz / JSON / parquet file or Hugging Face dataset folder."""
+    """'procedural' (infinite generator), 'gsm8k', 'math500', or a local JSONL/JSON/parquet file or HF dataset folder."""
     split: Literal["train", "test"] = "train"
-    """Which split: for 'procedural' a hash partition of problem contents (1 in 10 is test), for the named
-    data sets their own split files (MATH-500 is test-only); a local file is taken whole and just labelled."""
+    """'train' or 'test': procedural = a hash partition (1 in 10 is test); data sets = their own split files."""
     difficulty: int | list[int] = 1
     """Procedural difficulty level 1-5, or a list of levels drawn uniformly per task (e.g. [1, 2, 3])."""
     template: Literal["plain", "boxed", "r1"] = "r1"
-    """Answer format asked for and checked: 'r1' (<think>...</think><answer>...</answer>), 'boxed' (one
-    \\boxed{}) or 'plain' (a last line 'Answer: ...')."""
+    """Answer format asked for and checked: 'r1' (<think>…</think><answer>…</answer>), 'boxed' or 'plain'."""
     style: Literal["compact", "instruct"] = "instruct"
-    """Prompt style: 'compact' ('Q:... A:', for the tiny character-level model) or 'instruct' (the
-    question plus an instruction naming the answer format, for real LLMs)."""
+    """'compact' ('Q:... A:', for the tiny model) or 'instruct' (question + format instruction, for LLMs)."""
     chat: bool = False
     """Give prompts as chat messages ([{'role': 'user', ...}]) instead of raw text."""
     strict: bool = True
@@ -56,12 +52,11 @@ class MathConfig(BaseModel):
     question_field: str = "question"
     """For a local file source: the field that holds the question."""
     answer_field: str = "answer"
-    """For a local file source: the field that holds the gold answer ('#### x' and \\boxed{x} are unwrapped)."""
+    """For a local file source: the field that holds the gold answer ('#### x' and boxed answers are unwrapped)."""
     data_dir: str | None = None
-    """Folder holding gsm8k/ and math500/ copies; default $LRMGYM_DATA_DIR, $LRMGYM_SHARED_DATA or ../shared/data."""
+    """Folder with gsm8k/ and math500/; default $LRMGYM_DATA_DIR, else $LRMGYM_SHARED_DATA, else ../shared/data."""
     order: Literal["random", "sequential"] = "random"
-    """Data-set sources only: task i is a random item of the stream ('random') or item i mod N ('sequential',
-    for evaluation over the whole set)."""
+    """Data sets only: task i is a random item ('random') or item i mod N ('sequential', for evaluation)."""
 
     @field_validator("difficulty")
     @classmethod

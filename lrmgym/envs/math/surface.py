@@ -16,6 +16,7 @@ _INT_RE = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)")
 _DEC_RE = re.compile(r"([+-]?)(\d*)\.(\d+)")
 _FRAC_RE = re.compile(r"([+-]?)\\[dt]?frac(?:\{(\d+)\}\{(\d+)\}|\s*(\d)\s*(\d)|\s*(\d)\{(\d+)\})")
 _SLASH_RE = re.compile(r"([+-]?)(\d+)/(\d+)")
+_STANDALONE_INT_RE = re.compile(r"(?<![\w^_{}/.\\])(\d+)(?![\w}{/.^])")
 _MIXED_RE = re.compile(r"(\d+)\s*\\[dt]?frac\{(\d+)\}\{(\d+)\}")
 
 
@@ -79,21 +80,31 @@ def _sympy_rewrite(text: str) -> str | None:
         from latex2sympy2_extended import latex2sympy
 
         expr = latex2sympy(text)
-        if not isinstance(expr, sympy.Expr) or isinstance(expr, sympy.Symbol) or expr.free_symbols and len(text) < 3:
+        if not isinstance(expr, sympy.Expr) or isinstance(expr, sympy.Symbol):
             return None
         printed = sympy.latex(expr)
+        if _squash(printed) == _squash(text):
+            # Same print: write it as twice itself over two, which the verifier has to simplify.
+            doubled = sympy.latex(sympy.expand(2 * expr))
+            printed = f"\\frac{{{doubled}}}{{2}}"
     except Exception:  # noqa: BLE001 - anything latex2sympy cannot read keeps its cosmetic rewrite
         return None
-    return printed if _squash(printed) != _squash(text) else None
+    return printed
 
 
 def _cosmetic_rewrite(text: str) -> str:
-    """Same maths, different spelling: ``\\dfrac``/``\\frac`` swapped, ``\\left``/``\\right`` added, spacing."""
-    out = text.replace("\\dfrac", "\\tfrac") if "\\dfrac" in text else text.replace("\\frac", "\\dfrac")
+    """Same maths, different spelling: a bare word for ``\\text{word}``, ``\\dfrac``/``\\frac`` swapped,
+    ``\\left``/``\\right`` added, spaces after commas and around ``=`` and ``+``."""
+    if m := re.fullmatch(r"\\text\{\s*\(?([A-Za-z]+)\)?\s*\}", text.strip()):
+        return m.group(1)
+    out = _STANDALONE_INT_RE.sub(r"\1.0", text)  # (6,31,-1) -> (6.0,31.0,-1.0): the values must be compared
+    out = out.replace("\\dfrac", "\\tfrac") if "\\dfrac" in out else out.replace("\\frac", "\\dfrac")
     out = re.sub(r"\\sqrt(\d)", r"\\sqrt{\1}", out)
-    out = re.sub(r"(?<!\\left)\(", r"\\left(", out)
-    out = re.sub(r"(?<!\\right)\)", r"\\right)", out)
+    if "[" not in out and "]" not in out and "\\left" not in out:  # \left( needs its \right)
+        out = re.sub(r"\(", r"\\left(", out)
+        out = re.sub(r"\)", r"\\right)", out)
     out = re.sub(r"\s*([=+])\s*", r" \1 ", out)
+    out = re.sub(r",\s*", ", ", out)
     return out if out != text else f"{text}\\,"
 
 

@@ -82,7 +82,7 @@ _BOOTSTRAP = (
 _CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
 _MOD_RE = re.compile(r"\\(?:bmod|pmod|mod)\b|\\operatorname\s*\{\s*mod\s*\}|\bmod\b")
 _STRIP_RE = re.compile(r"\\[!,;: ]|\\left|\\right|\s+")
-_INT_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)")
+_INT_RE = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)")  # "0,111" is not a thousands number
 _DEC_RE = re.compile(r"[+-]?\d*\.\d+")
 _SLASH_RE = re.compile(r"([+-]?)(\d+)/(\d+)")
 _FRAC_RE = re.compile(r"([+-]?)\\[dt]?frac(?:\{(\d+)\}\{(\d+)\}|(\d)(\d))")
@@ -541,7 +541,8 @@ def verify_answer(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}.")
     start = time.perf_counter()
     gold_text = "" if gold is None else str(gold)
-    shown = None if prediction is None else prediction[:200]
+    # What the verdict shows: at most 200 characters, lone surrogates escaped so logs and JSON never choke.
+    shown = None if not isinstance(prediction, str) else prediction[:200].encode("utf-8", "backslashreplace").decode()
     cached = False
     if not gold_text.strip():
         outcome = _Outcome(None, None, "ungradeable: empty reference answer")

@@ -105,12 +105,12 @@ def test_same_rng_same_problem_and_streams_differ():
 
 
 def test_split_is_a_disjoint_hash_partition():
-    """No problem drawn for 'test' can ever be drawn for 'train' (checked on 30 000 + 3 000 problems)."""
-    train = {sample(1, "train", task_rng(0, i)).canonical for i in range(30_000)}
-    test = {sample(1, "test", task_rng(1, i)).canonical for i in range(3_000)}
+    """No problem drawn for 'test' can ever be drawn for 'train' (checked on 15 000 + 2 000 problems)."""
+    train = {sample(1, "train", task_rng(0, i)).canonical for i in range(15_000)}
+    test = {sample(1, "test", task_rng(1, i)).canonical for i in range(2_000)}
     assert not train & test
     assert all(split_of(c) == "train" for c in train) and all(split_of(c) == "test" for c in test)
-    assert len(test) > 1000, "the test split must not collapse to a handful of problems"
+    assert len(test) > 800, "the test split must not collapse to a handful of problems"
     rng = np.random.default_rng(0)
     share = np.mean([split_of(generate(3, rng).canonical) == "test" for _ in range(5000)])
     assert abs(share - 1 / TEST_SHARE) < 0.02

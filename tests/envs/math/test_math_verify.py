@@ -286,11 +286,13 @@ def test_no_thread_or_fd_growth_over_many_checks(pool):
     """Repeated checks, including killed workers, do not grow the parent's threads or open files."""
     verify_answer("\\sqrt{4}", "2", pool=pool, use_cache=False)
     me = psutil.Process()
-    threads, fds = threading.active_count(), me.num_fds()
+    threads, fds, rss = threading.active_count(), me.num_fds(), me.memory_info().rss
     for n in range(30):
         verify_answer(f"\\sqrt{{{n + 2}}}", "2", pool=pool, use_cache=False)
+        verify_answer(str(n) * (1 << 20), "2", pool=pool)  # 1-2 MB answers are rejected, never kept
     verify_answer("9^{9^{9}}", "2", timeout_s=0.5, pool=pool, use_cache=False)
     verify_answer("\\sqrt{4}", "2", pool=pool, use_cache=False)
     assert threading.active_count() <= threads + 1  # the spawner thread may have been (re)started
     assert me.num_fds() <= fds + 2
+    assert me.memory_info().rss - rss < 20 << 20
     assert len(pool.worker_pids()) <= pool.size
