@@ -39,7 +39,8 @@ def _summary(folder: Any) -> str:
     return (
         f"tiny model: {folder}\n"
         f"  parameters: {facts['params']:,}   weights: {facts['weight_bytes'] / 1e6:.2f} MB\n"
-        f"  build: {facts['build_s']:.1f} s wall ({facts['train_s']:.1f} s training, {facts['tokens_per_s']:.0f} tok/s, "
+        f"  build: {facts['build_s']:.1f} s wall, {facts['cpu_s']:.1f} s CPU ({facts['train_s']:.1f} s training, "
+        f"{facts['tokens_per_s']:.0f} tok/s, "
         f"{facts['threads']} threads, load {facts['loadavg_before']} -> {facts['loadavg_after']})\n"
         f"  loss: {facts['first_loss']:.3f} -> {facts['final_loss']:.3f}"
     )

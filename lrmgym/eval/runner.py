@@ -98,12 +98,18 @@ def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None
         batch = tasks[b : b + cfg.batch_size]
         seed = int(task_rng(cfg.seed, b, 1).integers(0, 2**31 - 1))  # one sampling seed per batch, reproducible
         groups = policy.generate([t.prompt for t in batch], n=cfg.n, sampling=cfg.sampling(seed))
-        for index, (task, group) in enumerate(zip(batch, groups), start=b):
+        if len(groups) != len(batch) or any(len(g) != cfg.n for g in groups):
+            raise RuntimeError(
+                f"{type(policy).__name__}.generate returned {[len(g) for g in groups]} completions for {len(batch)} "
+                f"prompts x n={cfg.n}; a policy must return one list of n completions per prompt."
+            )
+        for index, (task, group) in enumerate(zip(batch, groups, strict=True), start=b):
             group = [Completion.coerce(c) for c in group]
             verdicts = _grade(grader, task, group)
             passed = [_passes(v, cfg.pass_threshold) for v in verdicts]
             correct.append(sum(passed))
-            samples += [_sample_row(index, task, j, c, v, p) for j, (c, v, p) in enumerate(zip(group, verdicts, passed))]
+            rows = zip(group, verdicts, passed, strict=True)
+            samples += [_sample_row(index, task, j, c, v, p) for j, (c, v, p) in enumerate(rows)]
         bar.update(len(batch))
     bar.close()
     report = _report(cfg, grader, tasks, samples, correct, time.perf_counter() - start)
@@ -138,7 +144,9 @@ def _jsonable(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------- report
-def _report(cfg: EvalConfig, env: TextEnv, tasks: list[Task], samples: list[dict], correct: list[int], wall: float) -> dict:
+def _report(
+    cfg: EvalConfig, env: TextEnv, tasks: list[Task], samples: list[dict], correct: list[int], wall: float
+) -> dict:
     n, level = cfg.n, cfg.confidence
     per_task_avg = [c / n for c in correct]
     passk = {}
@@ -182,7 +190,7 @@ def _rate(count: int, total: int, level: float) -> dict[str, Any]:
 
 def _by_difficulty(tasks: Sequence[Task], correct: Sequence[int], n: int, ks: Sequence[int]) -> dict[str, dict]:
     groups: dict[str, list[int]] = defaultdict(list)
-    for task, c in zip(tasks, correct):
+    for task, c in zip(tasks, correct, strict=True):
         groups[str(task.difficulty)].append(c)
     return {
         level: {"tasks": len(cs), "avg@n": avg_at_n(cs, n),

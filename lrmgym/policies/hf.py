@@ -129,7 +129,8 @@ class HFPolicy:
         do not (the template writes them itself).
         """
         text = self.render_prompt(prompt)
-        templated = not isinstance(prompt, str) and self.chat_template and getattr(self.tokenizer, "chat_template", None)
+        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        templated = not isinstance(prompt, str) and self.chat_template and has_template
         ids = self.tokenizer(text, add_special_tokens=not templated)["input_ids"]
         if not ids:
             raise ValueError(f"Prompt {text!r:.80} encodes to zero tokens; give the model at least one token.")
@@ -163,7 +164,8 @@ class HFPolicy:
         encoded = [self.encode_prompt(p) for p in prompts]
         rows = [ids for ids in encoded for _ in range(n)]  # prompt i's samples are rows i*n .. i*n+n-1
         generator = torch.Generator(device=self.device)
-        generator.manual_seed(sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        generator.manual_seed(seed)
         stop_check = self._stop_checker(sampling.stop) if sampling.stop else None
         was_training = self.model.training
         self.model.eval()
@@ -199,7 +201,9 @@ class HFPolicy:
             prompt_token_ids=list(prompt_ids),
         )  # fmt: skip
 
-    def logprobs(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], temperature: float = 1.0) -> list[float]:
+    def logprobs(
+        self, prompt_ids: Sequence[int], completion_ids: Sequence[int], temperature: float = 1.0
+    ) -> list[float]:
         """The model's log-probs of ``completion_ids`` after ``prompt_ids`` (one forward pass, no grad)."""
         with torch.inference_mode():
             return sequence_logprobs(self.model, prompt_ids, completion_ids, temperature).tolist()

@@ -200,7 +200,7 @@ class OpenAIPolicy:
             if err.code in _RETRY_STATUS:
                 raise _Retryable(f"HTTP {err.code}: {detail}", err.code, _retry_after(err)) from err
             raise PolicyRequestError(f"{url} answered HTTP {err.code}: {detail}", url, err.code, 1) from err
-        except (TimeoutError, socket.timeout) as err:
+        except TimeoutError as err:
             raise _Retryable(f"timed out after {self.config.timeout_s:g} s") from err
         except (urllib.error.URLError, ConnectionError, OSError) as err:
             reason = getattr(err, "reason", err)

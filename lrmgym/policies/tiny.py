@@ -130,7 +130,7 @@ class TinyTrainConfig(BaseModel):
         default_factory=lambda: {"difficulty": 1, "style": "compact", "template": "r1", "split": "train"}
     )
     """Options of that env (must match the `env=math` preset, so train and test prompts look alike)."""
-    steps: int = Field(600, ge=1)
+    steps: int = Field(800, ge=1)
     """Optimiser steps."""
     batch_size: int = Field(32, ge=1)
     """Sequences per step."""
@@ -181,7 +181,8 @@ def _batches(pairs: list[tuple[str, str]], tokenizer: Any, batch_size: int) -> I
     targets = tokenizer([t for _, t in pairs], add_special_tokens=False)["input_ids"]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     for start in range(0, len(pairs), batch_size):
-        rows = [(p, t + [eos]) for p, t in zip(prompts[start : start + batch_size], targets[start : start + batch_size])]
+        chunk = slice(start, start + batch_size)
+        rows = [(p, t + [eos]) for p, t in zip(prompts[chunk], targets[chunk], strict=True)]
         width = max(len(p) + len(t) for p, t in rows)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
         labels = torch.full((len(rows), width), -100, dtype=torch.long)
@@ -253,7 +254,8 @@ class TinyPolicyConfig(BaseModel):
     build_if_missing: bool = True
     """Build the model when it is not cached; False makes a missing model an error."""
     threads: int | None = Field(None, ge=1)
-    """torch threads while building (None keeps torch's default). Weights are reproducible per thread count."""
+    """torch threads while building; None: 1 when the CPU is already busy (load >= cores), else up to 2.
+    (Under contention one thread is several times faster than two; the weights were identical either way.)"""
     device: str = "cpu"
     """Where to run the policy ("cpu", "cuda", "auto")."""
     batch_size: int = Field(256, ge=1)
@@ -318,10 +320,10 @@ def build_tiny(
     folder = cfg.cache_dir()
     if (folder / "build.json").is_file() and not force:
         return folder
-    start, load_before = time.perf_counter(), _loadavg()
+    start, cpu_start, load_before = time.perf_counter(), time.process_time(), _loadavg()
     threads_before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = cfg.threads or _auto_threads(load_before)
+    torch.set_num_threads(threads)
     try:
         pairs = examples(cfg.train, cfg.train.steps * cfg.train.batch_size)
         data_s = time.perf_counter() - start
@@ -338,7 +340,7 @@ def build_tiny(
         facts.update(
             key=cfg.key(), config=cfg.model_dump(mode="json", exclude={"path", "device", "batch_size"}),
             params=sum(p.numel() for p in model.parameters()), weight_bytes=(tmp / "model.safetensors").stat().st_size,
-            data_s=data_s, build_s=time.perf_counter() - start, threads=cfg.threads or threads_before,
+            data_s=data_s, build_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu_start, threads=threads,
             torch=torch.__version__, loadavg_before=load_before, loadavg_after=_loadavg(), cpus=os.cpu_count(),
         )  # fmt: skip
         (tmp / "build.json").write_text(json.dumps(facts, indent=2) + "\n")
@@ -349,6 +351,11 @@ def build_tiny(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _auto_threads(load: list[float] | None) -> int:
+    cores = os.cpu_count() or 1
+    return 1 if load is not None and load[0] >= cores else min(2, cores)
 
 
 def _loadavg() -> list[float] | None:

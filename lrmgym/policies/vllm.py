@@ -94,13 +94,13 @@ class VLLMPolicy:
         chat_idx = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
         if text_idx:
             outs = self.llm.generate([prompts[i] for i in text_idx], params, use_tqdm=False)
-            for i, out in zip(text_idx, outs):
+            for i, out in zip(text_idx, outs, strict=False):
                 results[i] = _completions(out)
         if chat_idx:
             if not self.chat_template:
                 raise ValueError("Chat prompts need policy.chat_template=true with the vllm policy.")
             outs = self.llm.chat([list(prompts[i]) for i in chat_idx], params, use_tqdm=False)
-            for i, out in zip(chat_idx, outs):
+            for i, out in zip(chat_idx, outs, strict=False):
                 results[i] = _completions(out)
         return [r or [] for r in results]
 
@@ -112,7 +112,7 @@ def _completions(request_output: Any) -> list[Completion]:
         ids = list(o.token_ids)
         logprobs = None
         if o.logprobs is not None:
-            logprobs = [float(step[t].logprob) for step, t in zip(o.logprobs, ids)]
+            logprobs = [float(step[t].logprob) for step, t in zip(o.logprobs, ids, strict=False)]
         reason = o.finish_reason if o.finish_reason in ("stop", "length") else None
         out.append(Completion(text=o.text, token_ids=ids, logprobs=logprobs, finish_reason=reason,
                               prompt_token_ids=prompt_ids))  # fmt: skip

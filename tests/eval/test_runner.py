@@ -22,7 +22,8 @@ def _echo_half_right(prompt, j):
 
 def test_report_values_and_files(tmp_path):
     env = lrmgym.make("Echo-v0", words=2)
-    report = evaluate(env, ScriptedPolicy(_echo_half_right), EvalConfig(n=4, k=[1, 2, 4], tasks=6), tmp_path, progress=False)
+    cfg = EvalConfig(n=4, k=[1, 2, 4], tasks=6)
+    report = evaluate(env, ScriptedPolicy(_echo_half_right), cfg, tmp_path, progress=False)
     assert report["tasks"] == 6 and report["samples"] == 24
     assert report["avg@n"]["value"] == 0.5 and report["avg@n"]["ci"] == [0.5, 0.5]
     assert report["pass@k"]["pass@1"]["value"] == 0.5

@@ -39,7 +39,7 @@ def test_is_a_trainable_policy(policy):
 def test_shapes_and_fields(policy):
     out = policy.generate(PROMPTS, n=3, sampling=SamplingParams(max_new_tokens=12, seed=0))
     assert [len(g) for g in out] == [3, 3, 3]
-    for prompt, group in zip(PROMPTS, out):
+    for prompt, group in zip(PROMPTS, out, strict=False):
         for c in group:
             assert c.prompt_token_ids == policy.encode_prompt(prompt)
             assert 1 <= len(c.token_ids) <= 12 and len(c.logprobs) == len(c.token_ids)
@@ -88,7 +88,7 @@ def test_same_seed_same_samples_other_seed_differs(policy):
 
 def test_greedy_matches_transformers_generate(policy, tokenizer):
     out = policy.generate(PROMPTS, n=1, sampling=SamplingParams(temperature=0, max_new_tokens=10))
-    for prompt, (c,) in zip(PROMPTS, out):
+    for _prompt, (c,) in zip(PROMPTS, out, strict=False):
         ids = torch.tensor([c.prompt_token_ids])
         ref = policy.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
@@ -149,8 +149,10 @@ def test_config_builds_from_a_folder_with_lora(policy, tmp_path):
     policy.save(tmp_path / "m")
     plain = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu").build()
     greedy = SamplingParams(temperature=0, max_new_tokens=8)
-    assert plain.generate(PROMPTS, sampling=greedy)[0][0].token_ids == policy.generate(PROMPTS, sampling=greedy)[0][0].token_ids
-    lora = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu", lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}).build()
+    ids = [[c.token_ids for c in g] for g in plain.generate(PROMPTS, sampling=greedy)]
+    assert ids == [[c.token_ids for c in g] for g in policy.generate(PROMPTS, sampling=greedy)]
+    lora_spec = {"r": 4, "target_modules": ["q_proj", "v_proj"]}
+    lora = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu", lora=lora_spec).build()
     trainable = [n for n, p in lora.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     c = lora.generate(PROMPTS[:1], n=2, sampling=SamplingParams(max_new_tokens=6, seed=0))[0][0]
