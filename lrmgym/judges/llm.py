@@ -219,6 +219,11 @@ class _BoundedCaller:
     Timeouts work by waiting on a worker thread's future; a timed-out call cannot be killed, so it is
     abandoned (counted as ``abandoned``) and its thread finishes in the background. Give the policy its own
     transport timeout too (the ``openai`` policy has one) so abandoned threads do not pile up.
+
+    Circuit breaker: after ``breaker_after`` consecutive calls that ended in endpoint failures (errors or
+    timeouts after all retries), calls fail at once (``short_circuits``) for ``breaker_cooldown_s``; then one
+    call is let through, and a success closes the circuit. So a dead endpoint costs a training step a few
+    seconds instead of retries with backoff for every sample.
     """
 
     def __init__(
@@ -232,7 +237,10 @@ class _BoundedCaller:
         max_new_tokens: int = 512,
         chat: bool = True,
         workers: int = 4,
+        breaker_after: int = 5,
+        breaker_cooldown_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self.policy = policy
@@ -242,9 +250,27 @@ class _BoundedCaller:
         self.chat, self.workers = chat, workers
         self.stats = JudgeStats()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lrmgym-judge")
-        self._sleep = sleep
+        self._sleep, self._clock = sleep, clock
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
+        self.breaker_after, self.breaker_cooldown_s = breaker_after, breaker_cooldown_s
+        self._down_streak, self._open_until = 0, -float("inf")
+
+    def _breaker_open(self) -> float | None:
+        """Seconds until the circuit lets a call through, or ``None`` when it is closed (or half-open)."""
+        if not self.breaker_after:
+            return None
+        with self._rng_lock:
+            wait = self._open_until - self._clock()
+        return wait if wait > 0 else None
+
+    def _record(self, endpoint_down: bool) -> None:
+        if not self.breaker_after:
+            return
+        with self._rng_lock:
+            self._down_streak = self._down_streak + 1 if endpoint_down else 0
+            if self._down_streak >= self.breaker_after:
+                self._open_until = self._clock() + self.breaker_cooldown_s
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry ``attempt`` (1-based): capped exponential, "equal jitter" (x U[0.5, 1])."""
@@ -261,7 +287,13 @@ class _BoundedCaller:
     def call(self, text: str, parse: Callable[[str], T | None]) -> tuple[T | None, str]:
         """Ask the judge; ``(parsed value, "ok")`` or ``(None, why it failed)`` after all retries."""
         prompt: Prompt = [{"role": "user", "content": text}] if self.chat else text
-        why = "no attempt"
+        wait = self._breaker_open()
+        if wait is not None:
+            self.stats.add(short_circuits=1, failures=1)
+            return None, (
+                f"circuit open after {self._down_streak} consecutive endpoint failures; next try in {wait:.0f} s"
+            )
+        why, down = "no attempt", False
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self.stats.add(retries=1)
@@ -274,11 +306,11 @@ class _BoundedCaller:
             except concurrent.futures.TimeoutError:
                 future.cancel()
                 self.stats.add(timeouts=1, abandoned=int(not future.done()), seconds=time.perf_counter() - start)
-                why = f"timeout after {self.timeout_s:g} s"
+                why, down = f"timeout after {self.timeout_s:g} s", True
                 continue
             except Exception as err:  # noqa: BLE001 - any endpoint failure is retried, then ungradeable
                 self.stats.add(errors=1, seconds=time.perf_counter() - start)
-                why = f"{type(err).__name__}: {err}"[:300]
+                why, down = f"{type(err).__name__}: {err}"[:300], True
                 continue
             reply = completion.text if isinstance(completion.text, str) else ""
             self.stats.add(
@@ -288,9 +320,11 @@ class _BoundedCaller:
             value = parse(reply)
             if value is None:
                 self.stats.add(parse_errors=1)
-                why = f"unparseable judge reply: {_last_line(reply)[:80]!r}"
+                why, down = f"unparseable judge reply: {_last_line(reply)[:80]!r}", False  # the endpoint is up
                 continue
+            self._record(endpoint_down=False)
             return value, "ok"
+        self._record(endpoint_down=down)
         self.stats.add(failures=1)
         return None, f"failed after {self.max_retries + 1} attempt(s): {why}"
 
@@ -321,6 +355,10 @@ class _LLMJudgeOptions(JudgeConfigBase):
     """Entries of the content-hash cache; 0 disables it."""
     workers: int = Field(4, ge=1, le=256)
     """Concurrent judge calls (threads)."""
+    breaker_after: int = Field(5, ge=0)
+    """Consecutive endpoint failures (after retries) that open the circuit breaker; 0 disables it."""
+    breaker_cooldown_s: float = Field(30.0, ge=0)
+    """While the circuit is open, calls fail at once (ungradeable, counted); then one call is tried again."""
 
     @field_validator("policy", mode="before", check_fields=False)
     @classmethod
@@ -382,7 +420,8 @@ class _LLMJudgeMixin:
 def _caller_options(cfg: _LLMJudgeOptions) -> dict[str, Any]:
     return cfg.model_dump(include={
         "rubric", "include_reference", "timeout_s", "max_retries", "backoff_s", "backoff_max_s",
-        "max_new_tokens", "max_candidate_chars", "chat", "cache_size", "workers",
+        "max_new_tokens", "max_candidate_chars", "chat", "cache_size", "workers", "breaker_after",
+        "breaker_cooldown_s",
     })  # fmt: skip
 
 

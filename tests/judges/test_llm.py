@@ -367,3 +367,27 @@ def test_pointwise_group_calls_run_concurrently_and_keep_order():
     comps = judge.score_group(TASK, [Completion(str(k)) for k in range(8)], [Verdict(score=0.0)] * 8)
     assert [c.score for c in comps] == [0.5] * 8 and policy.peak > 1
     assert judge.stats()["llm_calls"] == 8
+
+
+def test_circuit_breaker_fails_fast_while_the_endpoint_is_down_then_recovers():
+    now = [0.0]
+    policy = FlakyPolicy(3)  # down for 3 calls, then healthy
+    judge = LLMPointwiseJudge(policy, max_retries=0, breaker_after=2, breaker_cooldown_s=10.0, cache_size=0,
+                              sleep=lambda s: None, clock=lambda: now[0])  # fmt: skip
+    score = lambda: judge.score(TASK, RIGHT, Verdict(score=1.0))  # noqa: E731
+    assert [score().score, score().score] == [None, None] and policy.calls == 2
+    blocked = score()
+    assert blocked.reason == "circuit open after 2 consecutive endpoint failures; next try in 10 s"
+    assert policy.calls == 2 and judge.stats()["llm_short_circuits"] == 1
+    now[0] = 11.0  # cooldown over: one call is let through; it fails, so the circuit opens again
+    assert score().score is None and policy.calls == 3
+    assert score().reason.startswith("circuit open") and policy.calls == 3
+    now[0] = 22.0  # the endpoint is back
+    assert score().score == 0.8 and score().score == 0.8 and policy.calls == 5
+
+
+def test_unparseable_replies_do_not_open_the_circuit():
+    judge = _pointwise(ScriptedPolicy(["no score here"]), breaker_after=1, cache_size=0)
+    for _ in range(3):
+        assert judge.score(TASK, RIGHT, Verdict(score=1.0)).reason.startswith("failed after 1 attempt(s): unparseable")
+    assert "llm_short_circuits" not in judge.stats()
