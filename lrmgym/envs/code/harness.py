@@ -201,7 +201,11 @@ class Harness:
         self.output = bytearray()
         self.output_bytes = 0
         self.status = "ok"
+        self.error = ""
         self.pid = None
+        self.out_open = False
+        self._stdin_fd = None
+        self._stdin_left = memoryview(b"")
 
     # -- process C
     def spawn(self, stdin_data=None):
@@ -228,7 +232,7 @@ class Harness:
         for fd in (rpc_req_r, rpc_rep_w, out_w, in_r):
             if fd is not None:
                 os.close(fd)
-        self.pid, self.req_w, self.rep_r, self.out_r = pid, rpc_req_w, rpc_rep_r, out_r
+        self.pid, self.req_w, self.rep_r, self.out_r, self.out_open = pid, rpc_req_w, rpc_rep_r, out_r, True
         if in_w is not None:
             self._feed_stdin(in_w, stdin_data.encode("utf-8", "surrogatepass"))
 
@@ -238,7 +242,7 @@ class Harness:
         self._pump_stdin()
 
     def _pump_stdin(self):
-        fd = getattr(self, "_stdin_fd", None)
+        fd = self._stdin_fd
         if fd is None:
             return
         try:
@@ -298,13 +302,13 @@ class Harness:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise _Abort("timeout")
-            fds = [self.rep_r, self.out_r]
-            wfds = [self._stdin_fd] if getattr(self, "_stdin_fd", None) is not None else []
+            fds = [self.rep_r, self.out_r] if self.out_open else [self.rep_r]
+            wfds = [self._stdin_fd] if self._stdin_fd is not None else []
             r, w, _ = select.select(fds, wfds, [], left)
             if w:
                 self._pump_stdin()
-            if self.out_r in r:
-                self._drain_output()
+            if self.out_r in r and not self._drain_output():
+                self.out_open = False  # C closed its stdout and stderr: stop polling them (no busy loop)
             if self.rep_r in r:
                 b = os.read(self.rep_r, need - len(buf))
                 if not b:
@@ -317,7 +321,7 @@ class Harness:
                             raise _Abort("protocol")
                         header, buf = False, bytearray()
                         if need == 0:
-                            return _h_validate(marshal.loads(b""))
+                            raise _Abort("protocol")
                     else:
                         try:
                             return _h_validate(marshal.loads(bytes(buf)))
@@ -330,7 +334,7 @@ class Harness:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise _Abort("timeout")
-            wfds = [self._stdin_fd] if getattr(self, "_stdin_fd", None) is not None else []
+            wfds = [self._stdin_fd] if self._stdin_fd is not None else []
             r, w, _ = select.select([self.out_r], wfds, [], left)
             if w:
                 self._pump_stdin()
@@ -628,7 +632,6 @@ def main():
     _set_limits(job.get("limits", {}))
     h = Harness(job)
     results = []
-    h.error = ""
     tests = None
     try:
         if job["mode"] == "call":

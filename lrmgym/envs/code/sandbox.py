@@ -2,7 +2,8 @@
 
 Layers, outermost first (see ``/work/shared/specs/security.md`` §4.1 for the measurements behind them):
 
-- **A dedicated unprivileged uid per pool slot** (``uid_base + slot``, when the caller is root). Without it
+- **A dedicated unprivileged uid per pool slot** (a free block from ``uid_base`` up, reserved with a lock
+  file for the pool's lifetime so that concurrent pools never share a uid, when the caller is root). Without it
   ``RLIMIT_NPROC`` binds nothing (root is exempt), file permissions are root's, and a fork bomb is unbounded.
   The sandbox is started with ``Popen(user=..., group=..., extra_groups=[])``.
 - **Namespaces.** ``bwrap`` (bubblewrap): ``--unshare-all`` (user, pid, net, ipc, uts, cgroup, mount),
@@ -303,7 +304,8 @@ class SandboxPool:
         python: The interpreter run inside the sandbox; ``None`` picks this interpreter when the sandbox
             uid can reach it, else ``/usr/bin/python3``. Only its standard library is available.
         max_pending: Most jobs queued or running; :meth:`submit` blocks beyond (backpressure).
-        uid_base: First uid of the per-slot sandbox uids (used when running as root).
+        uid_base: Lowest uid of the per-slot sandbox uids (used when running as root); the pool reserves the
+            first free block of ``workers`` uids at or above it.
 
     Raises:
         SandboxError: The backend is unknown or unavailable, or the probe execution failed.
@@ -330,7 +332,8 @@ class SandboxPool:
             )
         self.workers = max(1, workers if workers is not None else min(os.cpu_count() or 1, 8))
         self.limits = limits or Limits()
-        self.uid_base = uid_base
+        self._uid_locks: list[Any] = []
+        self.uid_base = _reserve_uids(uid_base, self.workers, self._uid_locks) if _is_root() else uid_base
         self.max_pending = max_pending or 4 * self.workers
         self._pending = threading.BoundedSemaphore(self.max_pending)
         self._executor = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="lrmgym-sandbox")
@@ -601,6 +604,8 @@ class SandboxPool:
                 _kill_uid(uid)
         self._executor.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(self._harness_dir, ignore_errors=True)
+        for lock in self._uid_locks:
+            lock.close()
         _POOLS.discard(self)
 
     def __enter__(self) -> SandboxPool:
@@ -678,6 +683,34 @@ def _decode_report(data: bytes) -> dict[str, Any] | None:
     except (EOFError, ValueError, TypeError):
         return None
     return report if ok else None
+
+
+_UID_BLOCKS = 512  # how many blocks above uid_base a pool may take
+
+
+def _reserve_uids(base: int, count: int, locks: list[Any]) -> int:
+    """Reserve ``count`` consecutive uids no other pool holds (flock on ``/tmp/lrmgym-uid-<uid>.lock``).
+
+    The locks are released when their files are closed (or the process dies). Returns the first uid.
+    """
+    import fcntl
+
+    for first in range(base, base + _UID_BLOCKS * count, count):
+        held = []
+        for uid in range(first, first + count):
+            f = open(f"/tmp/lrmgym-uid-{uid}.lock", "a")  # noqa: SIM115 - kept open while the pool lives
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                break
+            held.append(f)
+        if len(held) == count and not any(processes_of_uid(u) for u in range(first, first + count)):
+            locks.extend(held)
+            return first
+        for f in held:
+            f.close()
+    raise SandboxError(f"No free block of {count} sandbox uids between {base} and {base + _UID_BLOCKS * count}.")
 
 
 def _tasks_of_uid(uid: int) -> int:

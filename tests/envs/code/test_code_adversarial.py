@@ -241,6 +241,19 @@ CASES = [
         1.0,
     ),
     Case(
+        "zero_length_frame_on_the_rpc_pipe",
+        "import os\ndef add(a, b):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, bytes(8))\n"
+        "        except OSError:\n            pass\n    return a + b\n",
+        0.0,
+        status="protocol",
+    ),
+    Case(
+        "close_own_output_then_sleep",
+        "import os, time\ndef add(a, b):\n    os.close(1)\n    os.close(2)\n    time.sleep(100)\n",
+        0.0,
+        status="timeout",
+    ),
+    Case(
         "malformed_reply_on_the_rpc_pipe",
         "import os\ndef add(a, b):\n    for fd in range(3, 20):\n        try:\n"
         "            os.write(fd, (1 << 40).to_bytes(8, 'big'))\n        except OSError:\n            pass\n"
