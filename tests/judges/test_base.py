@@ -178,3 +178,17 @@ def test_pop_metrics_reports_counter_changes_since_the_last_call():
     env.score_group(env.task, ["c"])
     second = env.pop_metrics()
     assert (second["accuracy/calls"], second["exploding/failures"]) == (1, 1)
+
+
+def test_judged_envs_pass_the_env_checker_with_adversarial_outputs():
+    from lrmgym.judges.arena import ArenaJudge
+    from lrmgym.judges.llm import LLMPointwiseJudge
+    from lrmgym.judges.pairwise_rule import RulePairwiseJudge
+    from lrmgym.judges.rule import OverlongPenalty
+    from lrmgym.testing import ScriptedPolicy, check_env
+
+    judges = [
+        AccuracyJudge(), FormatJudge("strict"), LengthPenalty(max_length=100), OverlongPenalty(100, 20),
+        ArenaJudge(RulePairwiseJudge()), LLMPointwiseJudge(ScriptedPolicy(lambda p, i: "SCORE: 5")),
+    ]  # fmt: skip
+    check_env(JudgedEnv(EchoEnv(max_turns=2), judges))
