@@ -60,7 +60,7 @@ def main() -> None:
     data = default_data_dir()
     he_path = data / "humaneval" / "HumanEval.jsonl.gz"
     rows = [json.loads(line) for line in gzip.open(he_path, "rt")]
-    tasks = list(zip(load_humaneval(he_path), rows))
+    tasks = list(zip(load_humaneval(he_path), rows, strict=True))
     out: dict = {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}
 
     with SandboxPool(args.backend, workers=1, limits=Limits(timeout_s=30)) as pool:
@@ -70,7 +70,7 @@ def main() -> None:
             paths = bare_programs(tasks, Path(tmp))
             bare, boxed, bare_cpu, boxed_cpu = [], [], [], []
             for _ in range(args.repeats):
-                for path, job in zip(paths, jobs):
+                for path, job in zip(paths, jobs, strict=True):
                     c0, t0 = children_cpu(), time.perf_counter()
                     rc = subprocess.run([pool.python, str(path)], capture_output=True).returncode
                     bare.append(time.perf_counter() - t0)
@@ -109,8 +109,11 @@ def main() -> None:
                         "wall_s": round(rep.wall_s, 1),
                         "misses": rep.failing_ids if variant == "canonical" else rep.passing_ids,
                     }
-                    print(f"sweep {name:9s} {variant:9s}: {rep.all_passed}/{rep.tasks} passed every test "
-                          f"({dict(rep.statuses)}, {rep.wall_s:.1f} s)", flush=True)
+                    print(
+                        f"sweep {name:9s} {variant:9s}: {rep.all_passed}/{rep.tasks} passed every test "
+                        f"({dict(rep.statuses)}, {rep.wall_s:.1f} s)",
+                        flush=True,
+                    )
     out["loadavg_end"] = os.getloadavg()
 
     print(f"backend {out['backend']}, python {out['python']}, {out['cpus']} CPUs, load {out['loadavg_start']}")
@@ -118,8 +121,10 @@ def main() -> None:
     print(f"  bare subprocess.run : {out['bare_total_s']:.2f} s (median {out['bare_median_ms']:.1f} ms)")
     print(f"  sandbox             : {out['sandbox_total_s']:.2f} s (median {out['sandbox_median_ms']:.1f} ms)")
     print(f"  ratio               : {out['ratio']:.2f}x (target <= 1.3x)")
-    print(f"  CPU (children rusage): bare {out['bare_cpu_s']:.2f} s, sandbox {out['sandbox_cpu_s']:.2f} s "
-          f"-> {out['cpu_ratio']:.2f}x (waited-for descendants only)")
+    print(
+        f"  CPU (children rusage): bare {out['bare_cpu_s']:.2f} s, sandbox {out['sandbox_cpu_s']:.2f} s "
+        f"-> {out['cpu_ratio']:.2f}x (waited-for descendants only)"
+    )
     print(f"2 workers: {out['two_worker_wall_s']:.2f} s for 164 -> {out['two_worker_exec_per_s']:.1f} executions/s")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))

@@ -173,6 +173,7 @@ class CodeEnv(TextEnv):
 
     # ---- tasks
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
+        """Procedural task ``index`` from ``rng``, or item ``index`` of the data set (see ``order``)."""
         cfg = self.config
         if self._tasks is None:
             code_task = make_procedural_task(index, rng, cfg.procedural_tests)
@@ -249,6 +250,7 @@ class CodeEnv(TextEnv):
         )
 
     def verify(self, task: Task, completion: Completion) -> Verdict:
+        """Extract the code, run it against the task's tests in the sandbox, score the outcome."""
         job, code, failed = self._prepare(task, Completion.coerce(completion))
         if failed is not None:
             return failed
@@ -287,7 +289,7 @@ class CodeEnv(TextEnv):
         if last is not None and last[0] == (task.id, verdict.parsed):
             result = last[1]
             units = [u for u in task.metadata.get("units", ()) if u["test"]] or list(task.metadata.get("cases", ()))
-            for unit, (ok, message) in zip(units, result.results):
+            for unit, (ok, message) in zip(units, result.results, strict=False):
                 if not ok:
                     shown = unit["src"] if "src" in unit else f"stdin: {unit['stdin']!r}"
                     lines.append(f"Failed: {shown}\n  -> {message or 'failed'}")
@@ -299,6 +301,7 @@ class CodeEnv(TextEnv):
         return text if len(text) <= limit else text[: limit - 20] + "\n...(truncated)"
 
     def describe(self) -> dict[str, Any]:
+        """The base description plus the sandbox's isolation (once the pool has started)."""
         out = super().describe()
         out["sandbox"] = self._pool.describe() if self._pool is not None else f"{self.config.sandbox} (not started)"
         return out

@@ -21,9 +21,9 @@ secret from memory). Here the harness process ``H`` never executes candidate cod
 Wire format from the parent: two frames, each an 8-byte big-endian length then a ``marshal`` payload
 (not JSON: importing ``json`` pulls in ``re`` and ``enum`` and costs more than the rest of the harness).
 Frame 1: ``{"code", "mode": "call"|"stdio", "deadline_s", "out_cap", "limits": {name: value}}``.
-Frame 2: ``{"units": [{"src", "test"}...], "prelude", "bind": {name: remote name}, "cases": [{"stdin", "stdout"}]}``.
-Result (stdout): ``LRMGYM-RESULT\n``, an 8-byte length, then a marshalled dict with ``status``, ``passed``, ``total``, per-test ``results`` and
-the candidate's captured ``output`` (truncated).
+Frame 2: ``{"units": [{"src", "test"}...], "prelude", "bind": {alias: name}, "cases": [{"stdin", "stdout"}]}``.
+Result (stdout): the line ``LRMGYM-RESULT``, an 8-byte length, then a marshalled dict with ``status``,
+``passed``, ``total``, per-test ``results`` and the candidate's captured ``output`` (truncated).
 """
 
 import builtins
@@ -103,7 +103,7 @@ def _c_encode(v, refs, depth=0):
         items = []
         for x in v:
             if len(items) >= _ITER_CAP:
-                raise ValueError("iterator result longer than %d items" % _ITER_CAP)
+                raise ValueError(f"iterator result longer than {_ITER_CAP} items")
             items.append(_c_encode(x, refs, depth + 1))
         return (_ITER, items)
     refs.append(v)
@@ -138,7 +138,7 @@ def _candidate(job, rpc_in, rpc_out, out_w):
                 pass
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
-    sys.stdin = open(0, "r", closefd=False)
+    sys.stdin = open(0, closefd=False)
     refs = []
     ns = {"__name__": "solution", "__builtins__": builtins}
     try:
@@ -209,6 +209,7 @@ class Harness:
 
     # -- process C
     def spawn(self, stdin_data=None):
+        """Fork C (``stdin_data`` given: stdio mode, else the call server), wiring its pipes."""
         rpc_req_r, rpc_req_w = os.pipe()
         rpc_rep_r, rpc_rep_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -224,7 +225,7 @@ class Harness:
                     if fd is not None:
                         os.close(fd)
                 if in_r is not None:
-                    sys.stdin = open(0, "r", closefd=False)
+                    sys.stdin = open(0, closefd=False)
                     _candidate_stdio(self.job, out_w)
                 _candidate(self.job, rpc_req_r, rpc_rep_w, out_w)
             finally:
@@ -329,7 +330,7 @@ class Harness:
                             raise _Abort("protocol") from None
 
     def wait_exit(self):
-        """stdio mode: wait for C to exit, collecting its output; returns the captured bytes."""
+        """Stdio mode: wait for C to exit, collecting its output; returns the captured bytes."""
         while True:
             left = self.deadline - time.monotonic()
             if left <= 0:
@@ -343,6 +344,7 @@ class Harness:
 
     # -- remote objects
     def call(self, op, ref, *args):
+        """One remote operation on C's object ``ref``; returns H-built data or raises the rebuilt exception."""
         if self.pid is None:
             raise CandidateError("the candidate process is gone")
         try:
@@ -381,6 +383,7 @@ class Remote:
         object.__setattr__(self, "_label", label)
 
     def __call__(self, *args, **kwargs):
+        """Call the candidate's object in C with plain-data arguments."""
         return self._h.call("call", self._ref, list(args), kwargs)
 
     def __getattr__(self, name):
@@ -404,7 +407,7 @@ class Remote:
         raise TypeError("a candidate object has no truth value in the tests (return plain data)")
 
     def __repr__(self):
-        return "<candidate object %s>" % self._label
+        return f"<candidate object {self._label}>"
 
 
 def _exception(name, msg):
@@ -415,7 +418,7 @@ def _exception(name, msg):
             return cls(msg)
         except Exception:  # noqa: BLE001 - exotic constructor signatures (UnicodeDecodeError...)
             pass
-    return CandidateError("%s: %s" % (name, msg))
+    return CandidateError(f"{name}: {msg}")
 
 
 def _h_validate(v):
@@ -465,7 +468,7 @@ def _h_decode(v, h):
     if t is tuple and len(v) >= 2 and type(v[0]) is str and v[0].startswith("\x00lrm-"):
         tag = v[0]
         if tag == _REF and len(v) == 2 and type(v[1]) is int:
-            return Remote(h, v[1], "#%d" % v[1])
+            return Remote(h, v[1], f"#{v[1]}")
         if tag == _ITER and len(v) == 2 and type(v[1]) is list:
             return iter([_h_decode(x, h) for x in v[1]])
         if tag == _FRAC and len(v) == 3 and type(v[1]) is int and type(v[2]) is int and v[2] != 0:
@@ -539,10 +542,11 @@ class _Missing:
         self.name = name
 
     def __call__(self, *args, **kwargs):
-        raise NameError("name %r is not defined by the solution" % self.name)
+        """Call the candidate's object in C with plain-data arguments."""
+        raise NameError(f"name {self.name!r} is not defined by the solution")
 
     def __getattr__(self, attr):
-        raise NameError("name %r is not defined by the solution" % self.name)
+        raise NameError(f"name {self.name!r} is not defined by the solution")
 
 
 def _run_stdio_mode(h, tests, results):
@@ -582,7 +586,7 @@ def _non_dumpable():
 
 
 def _private_filesystem(hide, tmpfs_bytes):
-    """unshare fallback: cover host folders with empty tmpfs, then give up every capability.
+    """Unshare fallback: cover host folders with empty tmpfs, then give up every capability.
 
     H runs as root of its own user namespace (mapped to the unprivileged slot uid on the host), so it may
     mount in its mount namespace. ``/tmp`` becomes a private size-capped writable tmpfs (the work dir);
@@ -602,7 +606,7 @@ def _private_filesystem(hide, tmpfs_bytes):
         opts = b"size=%d,mode=1777" % tmpfs_bytes if writable else b"size=4096,mode=755"
         flags = 2 | 4 | (0 if writable else 1)  # MS_NOSUID | MS_NODEV, plus MS_RDONLY for the covers
         if _ctypes.call_function(mount, (b"tmpfs", path.encode(), b"tmpfs", flags, opts)) != 0:
-            raise OSError("cannot cover %s with a tmpfs" % path)
+            raise OSError(f"cannot cover {path} with a tmpfs")
     os.mkdir("/tmp/work")
     os.chdir("/tmp/work")
     for cap in range(64):
@@ -615,10 +619,11 @@ def _private_filesystem(hide, tmpfs_bytes):
     with open("/proc/self/status") as f:
         caps = [line.split()[1] for line in f if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
     if any(int(c, 16) for c in caps):
-        raise OSError("capabilities remain after dropping them: %s" % caps)
+        raise OSError(f"capabilities remain after dropping them: {caps}")
 
 
 def main():
+    """Run one job: read the frames, grade, write the one result record on the result channel."""
     out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing else in H prints on the result channel by accident
@@ -653,7 +658,7 @@ def main():
     else:
         total = len(tests["cases"])
     while len(results) < total:
-        results.append([False, "not run (%s)" % h.status])
+        results.append([False, f"not run ({h.status})"])
     passed = sum(1 for ok, _ in results if ok)
     report = {
         "status": h.status,
@@ -673,7 +678,7 @@ def _run_call_mode(h, tests, results):
     first = h.recv()
     if first[0] == "dead":
         h.status = "error"
-        h.error = "%s: %s" % (first[1], first[2])
+        h.error = f"{first[1]}: {first[2]}"
         return
     if first[0] != "ready" or type(first[1]) is not dict:
         raise _Abort("protocol")
@@ -698,7 +703,7 @@ def _bind_and_run(h, names, tests, results):
         except _Abort:
             raise
         except BaseException as exc:  # noqa: BLE001 - setup that calls candidate code may fail
-            broken = "setup failed: %s: %s" % (type(exc).__name__, str(exc)[:_ERR_TAIL])
+            broken = f"setup failed: {type(exc).__name__}: {str(exc)[:_ERR_TAIL]}"
     for unit in tests["units"]:
         if broken is not None:
             if unit["test"]:
@@ -711,7 +716,7 @@ def _bind_and_run(h, names, tests, results):
         except _Abort:
             raise
         except BaseException as exc:  # noqa: BLE001 - a test failing in any way is a failed test
-            msg = "%s: %s" % (type(exc).__name__, str(exc)[:_ERR_TAIL])
+            msg = f"{type(exc).__name__}: {str(exc)[:_ERR_TAIL]}"
             if unit["test"]:
                 results.append([False, msg])
             else:

@@ -221,8 +221,10 @@ def load_mbpp(path: Path) -> list[CodeTask]:
 
 
 def mbpp_split(tasks: list[CodeTask], split: str) -> list[CodeTask]:
-    """The tasks of one standard MBPP split (``prompt`` 1-10, ``test`` 11-510, ``validation`` 511-600,
-    ``train`` 601-974), or all of them for ``"all"``."""
+    """The tasks of one standard MBPP split, or all of them for ``"all"``.
+
+    Splits: ``prompt`` 1-10, ``test`` 11-510, ``validation`` 511-600, ``train`` 601-974.
+    """
     if split == "all":
         return tasks
     if split not in MBPP_SPLITS:
@@ -258,7 +260,7 @@ def load_jsonl(path: Path) -> list[CodeTask]:
             stdio = row["stdio"]
             if not isinstance(stdio, list) or not stdio or not all(_is_case(c) for c in stdio):
                 raise DataError(
-                    f"{where}: 'stdio' must be a non-empty list of {{\"stdin\": str, \"stdout\": str}} objects."
+                    f'{where}: \'stdio\' must be a non-empty list of {{"stdin": str, "stdout": str}} objects.'
                 )
             cases = [{"stdin": c["stdin"], "stdout": c["stdout"]} for c in stdio]
         entry = row.get("entry_point")

@@ -458,7 +458,7 @@ class SandboxPool:
         return str(dst)
 
     def _hidden_folders(self) -> list[str]:
-        """unshare fallback: host folders covered by tmpfs, except those holding the interpreter.
+        """Unshare fallback: host folders covered by tmpfs, except those holding the interpreter.
 
         (The harness file may be covered: the interpreter has read it before the harness mounts anything.)
         """
@@ -550,7 +550,9 @@ class SandboxPool:
         with self._procs_lock:
             self._procs.add(proc.pid)
         try:
-            out, err, hard_timeout = _communicate(proc, data, limits.timeout_s + _GRACE_S, limits.output_bytes + (4 << 20))
+            out, err, hard_timeout = _communicate(
+                proc, data, limits.timeout_s + _GRACE_S, limits.output_bytes + (4 << 20)
+            )
         finally:
             self._kill_tree(proc.pid, uid)
             proc.wait()

@@ -25,7 +25,7 @@ __all__ = ["VARIANTS", "SweepReport", "sweep", "tested_function", "variant_progr
 
 VARIANTS = ("canonical", "pass", "wrong")
 
-_PERTURB = '''
+_PERTURB = """
 def _lrm_perturb(v):
     if isinstance(v, bool):
         return not v
@@ -42,7 +42,7 @@ def _lrm_perturb(v):
     if v is None:
         return 0
     return None
-'''
+"""
 
 
 def tested_function(task: CodeTask) -> str | None:
@@ -124,7 +124,7 @@ def sweep(pool: SandboxPool, tasks: Sequence[CodeTask], variant: str) -> SweepRe
     start = time.monotonic()
     results: list[ExecResult] = pool.run_many([job for _, job in pairs])
     report.wall_s = time.monotonic() - start
-    for (task, _), result in zip(pairs, results):
+    for (task, _), result in zip(pairs, results, strict=True):
         report.tasks += 1
         report.statuses[result.status] += 1
         if result.all_passed:

@@ -11,7 +11,6 @@ BATTERY_TIMEOUT_S = 1.5
 """The wall-clock limit the adversarial cases run under (small, to keep the suite fast)."""
 
 
-
 def leftovers(pool: SandboxPool, wait_s: float = 1.0) -> list[int]:
     """Processes still alive under the pool's sandbox uids after ``wait_s`` (root only: dedicated uids)."""
     if os.geteuid() != 0:

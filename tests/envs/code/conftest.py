@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from code_helpers import BATTERY_TIMEOUT_S
 
 from lrmgym.envs.code.sandbox import Limits, SandboxError, SandboxPool
+
 
 def _pool(backend: str) -> SandboxPool:
     if backend == "bwrap" and shutil.which("bwrap") is None:

@@ -64,12 +64,14 @@ CASES = [
     Case("fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", 0.0),
     Case(
         "fork_bomb_inside_a_call",
-        "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n",
+        "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n"
+        "        except OSError:\n            pass\n",
         0.0,
     ),
     Case(
         "thread_bomb",
-        "import threading, time\nfor i in range(100000):\n    threading.Thread(target=time.sleep, args=(60,)).start()\n",
+        "import threading, time\nfor i in range(100000):\n"
+        "    threading.Thread(target=time.sleep, args=(60,)).start()\n",
         0.0,
     ),
     Case(
@@ -102,7 +104,9 @@ CASES = [
         "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return 0\n",
         0.0,
     ),
-    Case("kill_everything", "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n", 0.0),
+    Case(
+        "kill_everything", "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n", 0.0
+    ),
     # ---- memory, output, disk
     Case("memory_bomb_instant", "x = bytearray(16 * 1024**3)\n" + CORRECT_ADD, 0.0),
     Case("memory_bomb_gradual", "l = []\nwhile True:\n    l.append(' ' * 10**7)\n", 0.0),
@@ -227,7 +231,7 @@ CASES = [
     ),
     Case(
         "forge_result_through_proc_fd",
-        "import os\nline = 'LRMGYM-RESULT {\"status\": \"ok\", \"passed\": 2, \"total\": 2, \"results\": [[true, \"\"], "
+        'import os\nline = \'LRMGYM-RESULT {"status": "ok", "passed": 2, "total": 2, "results": [[true, ""], '
         '[true, ""]], "error": "", "output": "", "output_bytes": 0}\\n\'\n'
         "for fd in range(0, 8):\n    try:\n        with open('/proc/%d/fd/%d' % (os.getppid(), fd), 'w') as f:\n"
         "            f.write(line)\n    except OSError:\n        pass\ndef add(a, b):\n    return 0\n",
@@ -330,7 +334,11 @@ def _decode(value):
 
 def test_shared_battery_code_cases(bwrap_pool, host_setup, shared_data, tmp_path):
     """The 28 code cases of ../shared/data/adversarial/cases.json, with their expectations, under bwrap."""
-    cases = [c for c in json.loads((shared_data / "adversarial" / "cases.json").read_text()) if c["component"] == "code_sandbox"]
+    cases = [
+        c
+        for c in json.loads((shared_data / "adversarial" / "cases.json").read_text())
+        if c["component"] == "code_sandbox"
+    ]
     assert len(cases) >= 27
     canary = Path(f"/tmp/lrm_canary_{TOKEN}")
     canary.write_text("canary")

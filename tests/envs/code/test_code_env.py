@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pytest
@@ -119,7 +118,9 @@ def test_multi_turn_feedback_shows_failing_tests():
     try:
         obs, info = e.reset(seed=5)
         name = info["task"].metadata["entry_point"]
-        obs, reward, terminated, truncated, info = e.step(fenced(f"def {name}(*a):\n    print('debug line')\n    return None"))
+        obs, reward, terminated, truncated, info = e.step(
+            fenced(f"def {name}(*a):\n    print('debug line')\n    return None")
+        )
         assert (reward, terminated, truncated) == (0.0, False, False)
         assert obs.startswith("Your code did not pass all tests: 0/5 tests passed.\nFailed: assert ")
         assert "AssertionError" in obs and "Program output:\ndebug line" in obs
@@ -166,7 +167,11 @@ def test_humaneval_env_accepts_full_functions_and_bodies(shared_data):
         task = e.task_at(0)
         body = task.answer[len(task.metadata["stub"]) :]
         full = "def has_close_elements(numbers, threshold):\n" + body
-        assert [v.score for v in e.score_group(task, [fenced(full), fenced(body), fenced("def f(): pass")])] == [1.0, 1.0, 0.0]
+        assert [v.score for v in e.score_group(task, [fenced(full), fenced(body), fenced("def f(): pass")])] == [
+            1.0,
+            1.0,
+            0.0,
+        ]
     finally:
         e.close()
 

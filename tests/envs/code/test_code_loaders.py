@@ -55,7 +55,10 @@ def test_mbpp_loader_and_splits(mbpp):
     assert sizes == {"prompt": 10, "test": 500, "validation": 90, "train": 374, "all": 974}
     node_task = next(t for t in mbpp if t.id == "mbpp/367")
     assert "Node(" in node_task.prelude  # setup uses the solution's class: it runs after the names are bound
-    with pytest.raises(DataError, match=f"^{re.escape('Unknown MBPP split ' + repr('dev') + '; expected one of all, prompt, test, validation, train.')}$"):
+    with pytest.raises(
+        DataError,
+        match="^" + re.escape("Unknown MBPP split 'dev'; expected one of all, prompt, test, validation, train.") + "$",
+    ):
         mbpp_split(mbpp, "dev")
 
 
@@ -76,7 +79,10 @@ def test_missing_file_names_the_path_and_the_fix(tmp_path):
         ({"prompt": "p"}, "give exactly one of 'tests' (assert code) or 'stdio' (stdin/stdout cases)."),
         ({"prompt": "p", "tests": "x = 1"}, "'tests' contains no assert statement, so nothing could fail."),
         ({"prompt": "p", "tests": 3}, "'tests' must be a string of assert code or a list of such strings."),
-        ({"prompt": "p", "stdio": [{"stdin": 1}]}, "'stdio' must be a non-empty list of {\"stdin\": str, \"stdout\": str} objects."),
+        (
+            {"prompt": "p", "stdio": [{"stdin": 1}]},
+            '\'stdio\' must be a non-empty list of {"stdin": str, "stdout": str} objects.',
+        ),
         ({"prompt": "p", "tests": "assert ("}, "the test code does not parse ('(' was never closed, line 1)."),
     ],
 )
@@ -90,7 +96,12 @@ def test_jsonl_errors_name_the_line(tmp_path, row, msg):
 def test_jsonl_tasks_run_in_the_sandbox(tmp_path, bwrap_pool):
     path = tmp_path / "tasks.jsonl"
     rows = [
-        {"id": "sq", "prompt": "square", "entry_point": "sq", "tests": ["assert candidate(3) == 9", "assert sq(-2) == 4"]},
+        {
+            "id": "sq",
+            "prompt": "square",
+            "entry_point": "sq",
+            "tests": ["assert candidate(3) == 9", "assert sq(-2) == 4"],
+        },
         {"prompt": "echo sum", "stdio": [{"stdin": "1 2\n", "stdout": "3\n"}, {"stdin": "5 6", "stdout": "11"}]},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

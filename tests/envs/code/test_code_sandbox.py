@@ -80,7 +80,7 @@ def test_process_backend_still_bounds_time_and_kills_setsid_escapees(process_poo
     assert time.monotonic() - start <= BATTERY_TIMEOUT_S + 1.0
     assert (result.status, result.passed) == ("timeout", 0)
     assert leftovers(process_pool) == []
-    forged = "import sys\nprint('LRMGYM-RESULT {\"status\": \"ok\", \"passed\": 1}')\nsys.exit(0)\n"
+    forged = 'import sys\nprint(\'LRMGYM-RESULT {"status": "ok", "passed": 1}\')\nsys.exit(0)\n'
     assert process_pool.run(one_test(forged)).passed == 0
     assert process_pool.run(one_test("def probe():\n    return 'ok'\n")).passed == 1
 
@@ -111,7 +111,10 @@ def test_no_tool_at_all_is_a_clear_error(monkeypatch):
     )
     with pytest.raises(SandboxError, match=f"^{re.escape(msg)}$"):
         SandboxPool("auto")
-    with pytest.raises(SandboxError, match=f"^{re.escape('Unknown sandbox backend ' + repr('docker') + '; expected one of auto, bwrap, unshare, process.')}$"):
+    with pytest.raises(
+        SandboxError,
+        match="^" + re.escape("Unknown sandbox backend 'docker'; expected one of auto, bwrap, unshare, process.") + "$",
+    ):
         SandboxPool("docker")  # type: ignore[arg-type]
 
 
@@ -149,7 +152,8 @@ def test_output_is_capped_and_kept_in_order(bwrap_pool):
 
 
 def test_hostile_bytes_in_output_and_errors(bwrap_pool):
-    code = "import sys\nsys.stdout.buffer.write(b'\\x00\\xff\\xfe')\ndef probe():\n    raise ValueError('\\ud800' + 'x' * 10000)\n"
+    code = "import sys\nsys.stdout.buffer.write(b'\\x00\\xff\\xfe')\n"
+    code += "def probe():\n    raise ValueError('\\ud800' + 'x' * 10000)\n"
     result = bwrap_pool.run(one_test(code))
     assert result.passed == 0 and result.results[0][1].startswith("ValueError: ")
     assert len(result.results[0][1]) < 400
