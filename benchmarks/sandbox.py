@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,12 +28,6 @@ from pathlib import Path
 from lrmgym.envs.code.loaders import default_data_dir, load_humaneval, load_mbpp
 from lrmgym.envs.code.sandbox import Job, Limits, SandboxPool
 from lrmgym.envs.code.sweep import VARIANTS, sweep
-
-
-def children_cpu() -> float:
-    """User + system CPU seconds of all waited-for descendants so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def bare_programs(tasks, workdir: Path) -> list[Path]:
@@ -68,23 +61,19 @@ def main() -> None:
         jobs = [Job(code=t.solution, units=t.units, prelude=t.prelude, bind=dict(t.bind)) for t, _ in tasks]
         with tempfile.TemporaryDirectory() as tmp:
             paths = bare_programs(tasks, Path(tmp))
-            bare, boxed, bare_cpu, boxed_cpu = [], [], [], []
+            bare, boxed = [], []
             for _ in range(args.repeats):
                 for path, job in zip(paths, jobs, strict=True):
-                    c0, t0 = children_cpu(), time.perf_counter()
+                    t0 = time.perf_counter()
                     rc = subprocess.run([pool.python, str(path)], capture_output=True).returncode
                     bare.append(time.perf_counter() - t0)
-                    bare_cpu.append(children_cpu() - c0)
                     assert rc == 0, path
-                    c0, t0 = children_cpu(), time.perf_counter()
+                    t0 = time.perf_counter()
                     result = pool.run(job)
                     boxed.append(time.perf_counter() - t0)
-                    boxed_cpu.append(children_cpu() - c0)
                     assert result.all_passed, (path, result)
         out["bare_total_s"], out["sandbox_total_s"] = sum(bare), sum(boxed)
         out["ratio"] = sum(boxed) / sum(bare)
-        out["bare_cpu_s"], out["sandbox_cpu_s"] = sum(bare_cpu), sum(boxed_cpu)
-        out["cpu_ratio"] = sum(boxed_cpu) / sum(bare_cpu)
         out["bare_median_ms"] = 1000 * statistics.median(bare)
         out["sandbox_median_ms"] = 1000 * statistics.median(boxed)
 
@@ -121,10 +110,6 @@ def main() -> None:
     print(f"  bare subprocess.run : {out['bare_total_s']:.2f} s (median {out['bare_median_ms']:.1f} ms)")
     print(f"  sandbox             : {out['sandbox_total_s']:.2f} s (median {out['sandbox_median_ms']:.1f} ms)")
     print(f"  ratio               : {out['ratio']:.2f}x (target <= 1.3x)")
-    print(
-        f"  CPU (children rusage): bare {out['bare_cpu_s']:.2f} s, sandbox {out['sandbox_cpu_s']:.2f} s "
-        f"-> {out['cpu_ratio']:.2f}x (waited-for descendants only)"
-    )
     print(f"2 workers: {out['two_worker_wall_s']:.2f} s for 164 -> {out['two_worker_exec_per_s']:.1f} executions/s")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
