@@ -25,7 +25,7 @@ class _UserError(click.ClickException):
 
 def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
     """The judge configs (in order) and the env config (or ``None``) the tokens select."""
-    from lrmgym.configs.resolve import ConfigError, _validate_component, _validate_env, list_presets, merged_tree
+    from lrmgym.configs.resolve import ConfigError, validate_component, validate_env, list_presets, merged_tree
 
     try:
         tree = merged_tree(tokens, defaults={"judge": []})
@@ -42,8 +42,8 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
             )
         if not isinstance(judges_raw, dict):
             raise ConfigError("judge: expected judges by preset name, e.g. judge=[accuracy,format_strict].")
-        judges = [_validate_component("judge", f"judge.{name}", cfg) for name, cfg in judges_raw.items()]
-        env = _validate_env(tree["env"]) if "env" in tree else None
+        judges = [validate_component("judge", f"judge.{name}", cfg) for name, cfg in judges_raw.items()]
+        env = validate_env(tree["env"]) if "env" in tree else None
     except ConfigError as err:
         raise _UserError(str(err)) from None
     return judges, env

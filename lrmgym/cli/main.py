@@ -41,7 +41,7 @@ def _load_env(env_id: str, options: dict[str, Any]):
     from pydantic import ValidationError
 
     import lrmgym
-    from lrmgym.configs.resolve import ConfigError, _format_error
+    from lrmgym.configs.resolve import ConfigError, format_error
 
     try:
         return lrmgym.make(env_id, **options)
@@ -49,20 +49,20 @@ def _load_env(env_id: str, options: dict[str, Any]):
         raise UserError(str(err)) from None
     except ValidationError as err:
         cls = lrmgym.registry.env_class(env_id)
-        raise UserError(_format_error("env", err.errors()[0], getattr(cls, "Config", None))) from None
+        raise UserError(format_error("env", err.errors()[0], getattr(cls, "Config", None))) from None
     except (ConfigError, ValueError, TypeError, FileNotFoundError) as err:
         raise UserError(f"env {env_id}: {err}") from None
 
 
 def _parse_options(tokens: tuple[str, ...]) -> dict[str, Any]:
-    from lrmgym.configs.resolve import _parse_value
+    from lrmgym.configs.resolve import parse_value
 
     options = {}
     for token in tokens:
         key, sep, value = token.partition("=")
         if not sep or not key.isidentifier():
             raise UserError(f"{token!r} is not an env option: expected KEY=VALUE, e.g. difficulty=2.")
-        options[key] = _parse_value(value)
+        options[key] = parse_value(value)
     return options
 
 

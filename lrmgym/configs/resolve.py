@@ -5,7 +5,9 @@ The grammar, in the order it is applied:
 1. Defaults: ``env=math policy=tiny learner=grpo`` and no judges.
 2. Every ``GROUP=PRESET`` token (groups: env, policy, learner, judge) replaces that group with the preset's
    YAML from ``lrmgym/configs/presets/<group>/<preset>.yaml``. ``judge`` takes one preset, a list
-   (``judge=[accuracy,format_strict]``), or ``none``; each judge is then addressed by its preset name.
+   (``judge=[accuracy,format_strict]``), or ``none``; each judge is then addressed by its preset name. The
+   ``accuracy`` judge is added first when no accuracy or arena judge is chosen, so judges add to the
+   verifiable reward (``judge.accuracy.weight=0`` takes it out of the total).
 3. Every ``dotted.key=value`` token sets one key, in order; values are parsed as YAML scalars or flow
    collections (``1e-6``, ``true``, ``[1,4,8]``), then validated against the field's type.
 
@@ -86,7 +88,7 @@ def load_preset(group: str, name: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-def _parse_value(raw: str) -> Any:
+def parse_value(raw: str) -> Any:
     """Parse a value as YAML (scalars and flow collections); text YAML cannot parse stays a string."""
     if raw == "":
         return ""
@@ -111,7 +113,7 @@ def parse_overrides(tokens: Sequence[str]) -> tuple[dict[str, Any], list[tuple[l
                 f"{_show(token)} is not an override: expected GROUP=PRESET (e.g. env=math) "
                 "or dotted.key=VALUE (e.g. learner.lr=1e-6)."
             )
-        key, value = match["key"], _parse_value(match["value"])
+        key, value = match["key"], parse_value(match["value"])
         path = key.split(".")
         if path[0] not in SECTIONS:
             raise ConfigError(
@@ -138,6 +140,11 @@ def _judge_presets(value: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(name, str):
             raise ConfigError(f"judge: invalid value {_show(value)}; expected a preset name or a list of them.")
         judges[name] = load_preset("judge", name)
+    # Judges add to the verifiable reward rather than replace it: without an accuracy or arena judge (the
+    # arena keeps verifiable rewards for mixed groups), the accuracy judge goes first, so judge=format_strict
+    # trains on accuracy + format. judge.accuracy.weight=0 trains on the other judges alone.
+    if judges and not any(j.get("kind") in ("accuracy", "arena") for j in judges.values()):
+        judges = {"accuracy": load_preset("judge", "accuracy"), **judges}
     return judges
 
 
@@ -170,7 +177,7 @@ def merged_tree(tokens: Sequence[str], defaults: Mapping[str, Any] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ validation
-def _format_error(prefix: str, err: Mapping[str, Any], model: type[BaseModel] | None) -> str:
+def format_error(prefix: str, err: Mapping[str, Any], model: type[BaseModel] | None) -> str:
     """One pydantic error as ``path: problem``, with the allowed keys or values and a did-you-mean."""
     loc = [str(p) for p in err["loc"]]
     path = ".".join([prefix, *loc]) if prefix else ".".join(loc)
@@ -208,7 +215,7 @@ def _validate(prefix: str, model: type[BaseModel], data: Any) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_error(prefix, err.errors()[0], model)) from None
+        raise ConfigError(format_error(prefix, err.errors()[0], model)) from None
 
 
 @cache
@@ -234,14 +241,14 @@ def _component_class(group: str, path: str, kind: Any) -> type[BaseModel]:
         ) from None
 
 
-def _validate_component(group: str, path: str, data: Any) -> BaseModel:
+def validate_component(group: str, path: str, data: Any) -> BaseModel:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: invalid value {_show(data)}: expected a mapping with a 'kind' key.")
     cls = _component_class(group, path, data.get("kind"))
     return _validate(path, cls, data)
 
 
-def _validate_env(data: Any) -> EnvConfig:
+def validate_env(data: Any) -> EnvConfig:
     from lrmgym.registry import UnknownEnvError, env_class, list_envs, spec
 
     if not isinstance(data, dict):
@@ -278,13 +285,13 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
             f"{_did_you_mean(unknown[0], SECTIONS)}"
         )
     run = _validate("run", RunSection, tree.get("run") or {})
-    env = _validate_env(tree.get("env"))
-    policy = _validate_component("policy", "policy", tree.get("policy"))
-    learner = _validate_component("learner", "learner", tree.get("learner"))
+    env = validate_env(tree.get("env"))
+    policy = validate_component("policy", "policy", tree.get("policy"))
+    learner = validate_component("learner", "learner", tree.get("learner"))
     judges_raw = tree.get("judge") or {}
     if not isinstance(judges_raw, dict):
         raise ConfigError(f"judge: invalid value {_show(judges_raw)}: expected judges by name.")
-    judges = {name: _validate_component("judge", f"judge.{name}", cfg) for name, cfg in judges_raw.items()}
+    judges = {name: validate_component("judge", f"judge.{name}", cfg) for name, cfg in judges_raw.items()}
     try:
         eval_model = _import(EVAL_CONFIG)
     except (ImportError, AttributeError):

@@ -377,9 +377,9 @@ class _LLMJudgeOptions(JudgeConfigBase):
     def _validate_policy(cls, value: Any) -> Any:
         """Validate the judge's policy config now (at config time), against its kind's config class."""
         if isinstance(value, dict):
-            from lrmgym.configs.resolve import _validate_component
+            from lrmgym.configs.resolve import validate_component
 
-            return _validate_component("policy", "policy", value)
+            return validate_component("policy", "policy", value)
         if isinstance(value, BaseModel) and callable(getattr(value, "build", None)):
             return value
         raise ValueError(

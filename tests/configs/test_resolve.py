@@ -89,3 +89,14 @@ def test_cli_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert result.exit_code == 2
     assert re.fullmatch(r"Error: learner\.lrr: unknown key \(value 1\); allowed: [a-z_, ]+\. Did you mean 'lr'\?\n", result.output)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_judges_add_to_accuracy_unless_an_accuracy_or_arena_judge_is_chosen():
+    cfg = resolve((*BASE, "judge=format_strict"))
+    assert list(cfg.judge) == ["accuracy", "format_strict"]
+    assert cfg.judge["accuracy"].kind == "accuracy" and cfg.judge["format_strict"].kind == "format"
+    cfg = resolve((*BASE, "judge=format_strict", "judge.accuracy.weight=0", "judge.format_strict.weight=0.5"))
+    assert cfg.judge["accuracy"].weight == 0 and cfg.judge["format_strict"].weight == 0.5
+    assert list(resolve((*BASE, "judge=arena")).judge) == ["arena"]
+    assert list(resolve((*BASE, "judge=[format_loose,accuracy]")).judge) == ["format_loose", "accuracy"]
+    assert resolve((*BASE, "judge=none")).judge == {}

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import lrmgym
 from lrmgym.cli.judge_cmd import command
-from lrmgym.configs.resolve import _validate_component, list_presets, load_preset
+from lrmgym.configs.resolve import validate_component, list_presets, load_preset
 from lrmgym.judges.arena import ArenaJudge
 from lrmgym.judges.pairwise_rule import RulePairwiseJudge
 from lrmgym.judges.rule import AccuracyJudge, FormatJudge
@@ -143,6 +143,6 @@ def test_every_judge_preset_validates_and_builds(name):
     uses_openai = "openai" in json.dumps(data)
     if uses_openai and importlib.util.find_spec("lrmgym.policies.openai") is None:
         pytest.skip("the openai policy is not in this build yet")
-    config = _validate_component("judge", f"judge.{name}", data)
+    config = validate_component("judge", f"judge.{name}", data)
     judge = config.build()
     assert judge.weight == data.get("weight", 1.0)
