@@ -354,10 +354,10 @@ class SandboxPool:
                 f"The {self.backend!r} sandbox failed its start-up probe (status {probe.status!r}): "
                 f"{probe.error.strip()[:500] or probe.output.strip()[:500]}"
             )
+        # A warning for anything weaker than bwrap: with logging unconfigured, Python's last-resort handler
+        # prints warnings to stderr, so the weaker isolation is always announced.
         level = logging.INFO if self.backend == "bwrap" else logging.WARNING
         logger.log(level, "Code sandbox isolation: %s [%s]", self.backend, ISOLATION[self.backend])
-        if self.requested == "auto" and self.backend != "bwrap":
-            print(f"lrmgym code sandbox: {ISOLATION[self.backend]}", file=sys.stderr)
 
     # ---------------------------------------------------------------- describing
     def describe(self) -> dict[str, Any]:

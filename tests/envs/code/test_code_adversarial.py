@@ -286,6 +286,24 @@ def host_setup():
     WORLD_SECRET.unlink()
 
 
+def files_owned_by(uids: list[int]) -> list[str]:
+    """Host files in the shared scratch folders owned by a sandbox uid (root only: dedicated uids)."""
+    if os.geteuid() != 0:
+        return []
+    found = []
+    for top in ("/tmp", "/var/tmp", "/dev/shm", str(CALLER_CWD)):
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if not d.startswith("lrmgym-sbx")][:200] if root == top else []
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                try:
+                    if os.lstat(path).st_uid in uids:
+                        found.append(path)
+                except OSError:
+                    pass
+    return found
+
+
 def run_case(pool: SandboxPool, case: Case, port: int) -> None:
     """Run one case and assert every guarantee of the battery."""
     code = case.code.replace("PORT", str(port))
@@ -302,6 +320,7 @@ def run_case(pool: SandboxPool, case: Case, port: int) -> None:
         for path in case.host_absent:
             assert not os.path.exists(path), f"{case.name}: {path} was written on the host"
         assert leftovers(pool) == [], f"{case.name}: processes left behind"
+        assert files_owned_by(pool.slot_uids()) == [], f"{case.name}: files left on the host"
         control = pool.run(Job(code=CORRECT_ADD, units=_units(ADD_TESTS)))
         assert control.all_passed, f"pool unusable after {case.name}: {control}"
     finally:

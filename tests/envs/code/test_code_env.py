@@ -14,6 +14,8 @@ from lrmgym.envs.code.env import CodeEnv
 from lrmgym.envs.code.sandbox import ExecResult, Job
 from lrmgym.testing import check_env
 
+pytestmark = pytest.mark.usefixtures("sandbox_available")
+
 
 def fenced(code: str) -> str:
     return f"Here is my solution.\n```python\n{code}\n```\n"
@@ -21,15 +23,9 @@ def fenced(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def env():
-    e = lrmgym.make("lrmgym/Code-v0", timeout_s=2.0, sandbox="bwrap" if _has_bwrap() else "auto")
+    e = lrmgym.make("lrmgym/Code-v0", timeout_s=2.0)
     yield e
     e.close()
-
-
-def _has_bwrap() -> bool:
-    import shutil
-
-    return shutil.which("bwrap") is not None
 
 
 def _validation_message(kwargs) -> str:

@@ -93,7 +93,7 @@ def test_jsonl_errors_name_the_line(tmp_path, row, msg):
         load_jsonl(path)
 
 
-def test_jsonl_tasks_run_in_the_sandbox(tmp_path, bwrap_pool):
+def test_jsonl_tasks_run_in_the_sandbox(tmp_path, auto_pool):
     path = tmp_path / "tasks.jsonl"
     rows = [
         {
@@ -107,9 +107,9 @@ def test_jsonl_tasks_run_in_the_sandbox(tmp_path, bwrap_pool):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sq, echo = load_jsonl(path)
     assert (sq.id, echo.id, echo.mode) == ("sq", "tasks/1", "stdio")
-    r1 = bwrap_pool.run(Job(code="def sq(x):\n    return x * x\n", units=sq.units, bind=sq.bind))
-    r2 = bwrap_pool.run(Job(code="print(sum(map(int, input().split())))", cases=echo.cases, mode="stdio"))
-    r3 = bwrap_pool.run(Job(code="print(0)", cases=echo.cases, mode="stdio"))
+    r1 = auto_pool.run(Job(code="def sq(x):\n    return x * x\n", units=sq.units, bind=sq.bind))
+    r2 = auto_pool.run(Job(code="print(sum(map(int, input().split())))", cases=echo.cases, mode="stdio"))
+    r3 = auto_pool.run(Job(code="print(0)", cases=echo.cases, mode="stdio"))
     assert (r1.passed, r1.total, r2.passed, r2.total, r3.passed) == (2, 2, 2, 2, 0)
 
 
@@ -122,11 +122,11 @@ def test_procedural_tasks_are_pure_and_varied():
     assert all(sum(u["test"] for u in t.units) == 5 for t in a)
 
 
-def test_procedural_references_pass_and_broken_variants_fail(bwrap_pool):
+def test_procedural_references_pass_and_broken_variants_fail(auto_pool):
     tasks = [make_procedural_task(i, np.random.default_rng(i)) for i in range(16)]
-    assert sweep(bwrap_pool, tasks, "canonical").all_passed == 16
-    assert sweep(bwrap_pool, tasks, "pass").all_passed == 0
-    assert sweep(bwrap_pool, tasks, "wrong").all_passed == 0
+    assert sweep(auto_pool, tasks, "canonical").all_passed == 16
+    assert sweep(auto_pool, tasks, "pass").all_passed == 0
+    assert sweep(auto_pool, tasks, "wrong").all_passed == 0
 
 
 def _sample(tasks, n=20):
@@ -135,16 +135,16 @@ def _sample(tasks, n=20):
 
 
 @pytest.mark.parametrize("variant", ["canonical", "pass", "wrong"])
-def test_humaneval_sample_sweep(humaneval, bwrap_pool, variant):
+def test_humaneval_sample_sweep(humaneval, auto_pool, variant):
     """20 spread HumanEval tasks: references pass, `pass` and wrong-return variants fail (full sweep: slow)."""
-    report = sweep(bwrap_pool, _sample(humaneval), variant)
+    report = sweep(auto_pool, _sample(humaneval), variant)
     assert report.tasks == 20
     assert report.all_passed == (20 if variant == "canonical" else 0), report
 
 
 @pytest.mark.parametrize("variant", ["canonical", "pass", "wrong"])
-def test_mbpp_sample_sweep(mbpp, bwrap_pool, variant):
-    report = sweep(bwrap_pool, _sample(mbpp), variant)
+def test_mbpp_sample_sweep(mbpp, auto_pool, variant):
+    report = sweep(auto_pool, _sample(mbpp), variant)
     assert report.tasks == 20
     assert report.all_passed == (20 if variant == "canonical" else 0), report
 

@@ -85,7 +85,7 @@ def test_process_backend_still_bounds_time_and_kills_setsid_escapees(process_poo
     assert process_pool.run(one_test("def probe():\n    return 'ok'\n")).passed == 1
 
 
-def test_auto_falls_back_loudly_when_bwrap_is_missing(monkeypatch, caplog, capsys):
+def test_auto_falls_back_loudly_when_bwrap_is_missing(monkeypatch, caplog):
     import shutil
 
     if shutil.which("unshare") is None:
@@ -96,8 +96,10 @@ def test_auto_falls_back_loudly_when_bwrap_is_missing(monkeypatch, caplog, capsy
         pool = SandboxPool("auto", workers=1)
     try:
         assert pool.backend == "unshare"
-        assert "Code sandbox isolation: unshare [unshare fallback" in caplog.text
-        assert "REST OF THE HOST FILESYSTEM (/etc, /usr, ...) IS VISIBLE" in capsys.readouterr().err
+        record = next(r for r in caplog.records if r.name == "lrmgym.code.sandbox")
+        assert record.levelno == logging.WARNING
+        assert record.getMessage().startswith("Code sandbox isolation: unshare [unshare fallback")
+        assert "REST OF THE HOST FILESYSTEM (/etc, /usr, ...) IS VISIBLE" in record.getMessage()
     finally:
         pool.close()
 
@@ -118,7 +120,7 @@ def test_no_tool_at_all_is_a_clear_error(monkeypatch):
         SandboxPool("docker")  # type: ignore[arg-type]
 
 
-def test_backpressure_blocks_submit_beyond_max_pending():
+def test_backpressure_blocks_submit_beyond_max_pending(sandbox_available):
     with SandboxPool("auto", workers=1, max_pending=1, limits=Limits(timeout_s=5)) as pool:
         first = pool.submit(one_test("import time\ntime.sleep(1.0)\ndef probe():\n    return 'ok'\n"))
         returned_at: list[float] = []
@@ -137,7 +139,7 @@ def test_backpressure_blocks_submit_beyond_max_pending():
         assert returned_at and returned_at[0] >= 0.9
 
 
-def test_closed_pool_refuses_work():
+def test_closed_pool_refuses_work(sandbox_available):
     pool = SandboxPool("auto", workers=1)
     pool.close()
     pool.close()  # idempotent
@@ -145,15 +147,15 @@ def test_closed_pool_refuses_work():
         pool.submit(one_test("x = 1"))
 
 
-def test_output_is_capped_and_kept_in_order(bwrap_pool):
-    result = bwrap_pool.run(one_test("print('a')\nprint('b' * 3000000)\ndef probe():\n    return 'ok'\n"))
+def test_output_is_capped_and_kept_in_order(auto_pool):
+    result = auto_pool.run(one_test("print('a')\nprint('b' * 3000000)\ndef probe():\n    return 'ok'\n"))
     assert result.status == "output_limit" and result.output.startswith("a\nbbb")
-    assert len(result.output.encode()) <= bwrap_pool.limits.output_bytes
+    assert len(result.output.encode()) <= auto_pool.limits.output_bytes
 
 
-def test_hostile_bytes_in_output_and_errors(bwrap_pool):
+def test_hostile_bytes_in_output_and_errors(auto_pool):
     code = "import sys\nsys.stdout.buffer.write(b'\\x00\\xff\\xfe')\n"
     code += "def probe():\n    raise ValueError('\\ud800' + 'x' * 10000)\n"
-    result = bwrap_pool.run(one_test(code))
+    result = auto_pool.run(one_test(code))
     assert result.passed == 0 and result.results[0][1].startswith("ValueError: ")
     assert len(result.results[0][1]) < 400
