@@ -90,7 +90,7 @@ def test_agrees_with_a_naive_search_on_every_puzzle_over_1_to_13():
 def test_other_targets_and_sizes():
     assert solver.solvable((2, 5), target=10)
     assert solver.solvable((5,), target=5) and not solver.solvable((5,), target=24)
-    assert solver.solvable((1, 2, 3, 4, 5), target=100)  # (1 + 4) * 5 * (3 + 2 - 1)... any route
+    assert solver.solvable((1, 2, 3, 4, 5), target=100)  # e.g. (2 + 3) * 4 * 5 * 1
     assert naive_solvable(tuple(map(Fraction, (1, 2, 3, 4, 5))), target=100)
 
 
