@@ -347,17 +347,39 @@ class SandboxPool:
         self._harness_dir = tempfile.mkdtemp(prefix="lrmgym-harness-")
         self._harness_pyc = self._compile_harness()
         _POOLS.add(self)
-        probe = self.run(Job(code="x = 1\n", units=({"src": "assert x == 1", "test": True},)))
-        if probe.status != "ok" or probe.passed != 1:
+        failures = []
+        for candidate in self._candidates():
+            self.backend = candidate
+            problem = self._probe()
+            if problem is None:
+                break
+            failures.append(f"{candidate}: {problem}")
+        else:
             self.close()
             raise SandboxError(
-                f"The {self.backend!r} sandbox failed its start-up probe (status {probe.status!r}): "
-                f"{probe.error.strip()[:500] or probe.output.strip()[:500]}"
+                "The sandbox failed its start-up probe (" + "; ".join(failures) + "). On Linux this usually "
+                "means unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone, "
+                "AppArmor) or a container forbids them; sandbox='process' runs WITHOUT isolation."
             )
-        # A warning for anything weaker than bwrap: with logging unconfigured, Python's last-resort handler
-        # prints warnings to stderr, so the weaker isolation is always announced.
-        level = logging.INFO if self.backend == "bwrap" else logging.WARNING
+        if failures:
+            logger.warning("Code sandbox: %s", "; ".join(failures))
+        # Loud for 'auto' and for anything weaker than bwrap: with logging unconfigured, Python's last-resort
+        # handler prints warnings to stderr, so the user always sees which isolation they got.
+        level = logging.WARNING if self.requested == "auto" or self.backend != "bwrap" else logging.INFO
         logger.log(level, "Code sandbox isolation: %s [%s]", self.backend, ISOLATION[self.backend])
+
+    def _candidates(self) -> list[str]:
+        """Backends to try in order: for ``auto`` every installed namespaced one, else the one asked for."""
+        if self.requested != "auto":
+            return [self.backend]
+        return [b for b in ("bwrap", "unshare") if _tool_works(b)]
+
+    def _probe(self) -> str | None:
+        """Run a trivial job; ``None`` if it passed, else what went wrong."""
+        probe = self.run(Job(code="x = 1\n", units=({"src": "assert x == 1", "test": True},)))
+        if probe.status == "ok" and probe.passed == 1:
+            return None
+        return f"status {probe.status!r}: {probe.error.strip()[:300] or probe.output.strip()[:300]}"
 
     # ---------------------------------------------------------------- describing
     def describe(self) -> dict[str, Any]:

@@ -159,3 +159,25 @@ def test_hostile_bytes_in_output_and_errors(auto_pool):
     result = auto_pool.run(one_test(code))
     assert result.passed == 0 and result.results[0][1].startswith("ValueError: ")
     assert len(result.results[0][1]) < 400
+
+
+def test_auto_skips_a_bwrap_that_cannot_start(monkeypatch, caplog):
+    """bwrap installed but unusable (user namespaces disabled, say): auto falls back; bwrap alone says why."""
+    import shutil
+
+    if shutil.which("bwrap") is None or shutil.which("unshare") is None:
+        pytest.skip("needs both bubblewrap and unshare")
+    real = sandbox._bwrap_argv
+    monkeypatch.setattr(sandbox, "_bwrap_argv", lambda *a: ["bwrap", "--no-such-flag", *real(*a)[1:]])
+    with caplog.at_level(logging.WARNING, logger="lrmgym.code.sandbox"):
+        with SandboxPool("auto", workers=1) as pool:
+            assert pool.backend == "unshare"
+    assert "Code sandbox: bwrap: status 'infra': sandbox did not start: bwrap: Unknown option" in caplog.text
+    msg = (
+        "The sandbox failed its start-up probe (bwrap: status 'infra': sandbox did not start: bwrap: Unknown "
+        "option --no-such-flag). On Linux this usually means unprivileged user namespaces are disabled (sysctl "
+        "kernel.unprivileged_userns_clone, AppArmor) or a container forbids them; sandbox='process' runs "
+        "WITHOUT isolation."
+    )
+    with pytest.raises(SandboxError, match=f"^{re.escape(msg)}$"):
+        SandboxPool("bwrap", workers=1)
