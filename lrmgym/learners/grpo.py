@@ -239,7 +239,9 @@ class GRPOTrainer:
         self.train_seed = derived_seed(self.seed, _TRAIN_STREAM)
         tok = self.policy.tokenizer
         pad = getattr(self.policy, "pad_token_id", None)
-        self.pad_id = int(pad if pad is not None else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id))
+        self.pad_id = int(
+            pad if pad is not None else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        )
         self.turns = int(self.cfg.max_turns or env_attr(self.env, "max_turns", 1) or 1)
 
     def _state(self) -> dict[str, Any]:
@@ -452,7 +454,9 @@ class GRPOTrainer:
         }
 
     # ------------------------------------------------------------------------------------------ logging
-    def _metrics(self, ro: Any, trajs: list[Trajectory], tokenized: list[Any], adv: Any, rows: list[int], stats: dict) -> dict:
+    def _metrics(
+        self, ro: Any, trajs: list[Trajectory], tokenized: list[Any], adv: Any, rows: list[int], stats: dict
+    ) -> dict:
         rewards = [t.reward for t in trajs if t.reward is not None]
         judged = [t.verdict.correct for t in trajs if t.verdict is not None and t.verdict.correct is not None]
         policy_tokens = [sum(s.policy_mask) for s in tokenized]
@@ -469,7 +473,9 @@ class GRPOTrainer:
             "ungradeable_frac": 1.0 - len(rewards) / max(len(trajs), 1),
             "trained_frac": len(rows) / max(len(trajs), 1),
             "length/mean": float(np.mean(policy_tokens)) if policy_tokens else 0.0,
-            "length/truncated_frac": float(np.mean([c is not None and c.finish_reason == "length" for c in completions])),
+            "length/truncated_frac": float(
+                np.mean([c is not None and c.finish_reason == "length" for c in completions])
+            ),
             "tokens_per_s": generated / ro.generate_s if ro.generate_s > 0 else 0.0,
             "lr": self.optimizer.param_groups[0]["lr"],
             **stats,
@@ -517,7 +523,9 @@ class GRPOTrainer:
         out["sampled"] = _eval_summary(report)
         if self.cfg.eval_greedy and not (cfg.temperature == 0 and cfg.n == 1):
             greedy = cfg.model_copy(update={"temperature": 0.0, "n": 1, "k": [1]})
-            report = evaluate(self.env, self.policy, greedy, self.run_dir / "eval" / f"{tag}_greedy", progress=self.cfg.progress)
+            report = evaluate(
+                self.env, self.policy, greedy, self.run_dir / "eval" / f"{tag}_greedy", progress=self.cfg.progress
+            )
             out["greedy"] = _eval_summary(report)
         self.model.eval()
         return out
@@ -554,17 +562,27 @@ class GRPOTrainer:
             table = Table(title=f"Held-out accuracy, {before['sampled']['tasks']} tasks (95% CI)")
             for col in ("", "before", "after", "change"):
                 table.add_column(col)
-            for key, label in (("sampled", f"T={self.config.eval.temperature:g}, avg@{self.config.eval.n}"), ("greedy", "greedy")):
+            for key, label in (
+                ("sampled", f"T={self.config.eval.temperature:g}, avg@{self.config.eval.n}"),
+                ("greedy", "greedy"),
+            ):
                 if key in before and key in after:
                     b, a = before[key], after[key]
                     table.add_row(label, _fmt_acc(b), _fmt_acc(a), f"{100 * (a['accuracy'] - b['accuracy']):+.1f} pts")
             console.print(table)
-        console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({summary['steps']} steps, {summary['train_wall_s']:.0f} s training)")
+        steps, train_s = summary["steps"], summary["train_wall_s"]
+        console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
 
 
 def _eval_summary(report: dict[str, Any]) -> dict[str, Any]:
     avg = report["avg@n"]
-    return {"accuracy": avg["value"], "ci": avg["ci"], "tasks": report["tasks"], "n": report["n"], "mean_tokens": report.get("mean_tokens")}
+    return {
+        "accuracy": avg["value"],
+        "ci": avg["ci"],
+        "tasks": report["tasks"],
+        "n": report["n"],
+        "mean_tokens": report.get("mean_tokens"),
+    }
 
 
 def _fmt_acc(e: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Rollouts: groups of (possibly multi-turn) trajectories, and their conversion to token tensors.
+r"""Rollouts: groups of (possibly multi-turn) trajectories, and their conversion to token tensors.
 
 A trajectory interleaves policy turns (sampled, trained on) and env turns (feedback, masked out of the loss
 and the KL). Its reward is the final verdict's score, and that one reward reaches every policy turn: each
@@ -12,7 +12,7 @@ the next observation, unless it is ``None`` or ``max_turns`` is used up. Grading
 ``env.score_group`` (one call per task and turn), so judges that wrap the env see every graded completion.
 
 Transcripts of text prompts are plain concatenations: ``prompt + completion + feedback + completion ...``;
-an env's feedback therefore carries its own separators (``"\\nWrong, try again.\\nA:"``). Chat prompts grow
+an env's feedback therefore carries its own separators (``"\nWrong, try again.\nA:"``). Chat prompts grow
 by an ``assistant`` message per policy turn and a ``user`` message per env turn.
 """
 
@@ -102,7 +102,9 @@ def rollout(
     for turn in range(1, turns_allowed + 1):
         if not active:
             break
-        turn_sampling = sampling if sampling.seed is None else sampling.model_copy(update={"seed": sampling.seed + turn - 1})
+        turn_sampling = (
+            sampling if sampling.seed is None else sampling.model_copy(update={"seed": sampling.seed + turn - 1})
+        )
         start = time.perf_counter()
         if turn == 1:
             sampled = policy.generate([t.prompt for t in tasks], n=group_size, sampling=turn_sampling)
@@ -190,7 +192,9 @@ def tokenize_trajectory(traj: Trajectory, tokenizer: Any) -> TokenizedTrajectory
     """
     turns = traj.turns
     if not turns or turns[0].role != "policy":
-        raise ValueError(f"Trajectory of task {traj.task.id!r} must start with a policy turn, got {[t.role for t in turns]}.")
+        raise ValueError(
+            f"Trajectory of task {traj.task.id!r} must start with a policy turn, got {[t.role for t in turns]}."
+        )
     ids = _prompt_ids(turns[0].completion or Completion(text=""), traj.task.prompt, tokenizer)
     mask = [False] * len(ids)
     lps = [0.0] * len(ids)

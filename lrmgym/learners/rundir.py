@@ -23,9 +23,9 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -52,14 +52,14 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one."""
+def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write`` on a temporary sibling of ``path``, fsync it, then rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -67,6 +67,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one."""
+    _atomic_write(path, lambda f: f.write(data))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -75,20 +80,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    """Atomically ``torch.save`` ``obj`` to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """Atomically ``torch.save`` ``obj`` to ``path`` (streamed to the file, not buffered in memory)."""
+    _atomic_write(path, lambda f: torch.save(obj, f))
 
 
 class JsonlLog:
@@ -214,7 +207,11 @@ def plot_metrics(metrics: list[dict[str, Any]], out_png: Path, evals: list[tuple
         values = [m.get(key) for m in metrics]
         pts = [(s, v) for s, v in zip(steps, values, strict=True) if isinstance(v, (int, float))]
         if pts:
-            ax.plot(*zip(*pts, strict=True), lw=1, label="train")
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, lw=0.8, alpha=0.5, color="C0", label="train")
+            if len(ys) >= 10:  # a 10-step moving average makes the trend readable through the noise
+                smooth = np.convolve(ys, np.ones(10) / 10, mode="valid")
+                ax.plot(xs[9:], smooth, lw=1.6, color="C0", label="train (10-step mean)")
         if key == "accuracy" and evals:
             ax.plot(*zip(*evals, strict=True), "o-", color="C3", label="held-out")
             ax.legend(fontsize=8)

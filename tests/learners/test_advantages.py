@@ -21,7 +21,9 @@ def test_grpo_hand_values():
 
 def test_dr_grpo_and_rloo_hand_values():
     rewards, valid = scores_to_tensors([[1.0, 0.0, 0.0, 1.0]])
-    assert torch.allclose(group_advantages(rewards, valid, "dr_grpo").advantages, torch.tensor([[0.5, -0.5, -0.5, 0.5]]))
+    assert torch.allclose(
+        group_advantages(rewards, valid, "dr_grpo").advantages, torch.tensor([[0.5, -0.5, -0.5, 0.5]])
+    )
     # RLOO: 1 - mean(0, 0, 1) = 2/3; 0 - mean(1, 0, 1) = -2/3
     rloo = group_advantages(rewards, valid, "rloo").advantages
     assert torch.allclose(rloo, torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3]]))
@@ -50,7 +52,9 @@ def test_groups_are_independent():
 
 
 def test_ragged_groups_rejected():
-    with pytest.raises(ValueError, match=f"^{re.escape('Every group must have the same number of completions, got sizes [1, 2].')}$"):
+    with pytest.raises(
+        ValueError, match=f"^{re.escape('Every group must have the same number of completions, got sizes [1, 2].')}$"
+    ):
         scores_to_tensors([[1.0], [1.0, 0.0]])
 
 

@@ -14,8 +14,16 @@ register_test_env()
 
 
 def _learner(**kw):
-    base = dict(steps=3, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False,
-                checkpoint_every=2, progress=False, lr=1e-3)
+    base = dict(
+        steps=3,
+        prompts_per_step=4,
+        group_size=4,
+        max_new_tokens=8,
+        eval_before_after=False,
+        checkpoint_every=2,
+        progress=False,
+        lr=1e-3,
+    )
     base.update(kw)
     return GRPOConfig(**base)
 
@@ -25,8 +33,18 @@ def test_run_writes_the_run_directory(tmp_path):
     summary = cfg.learner.run(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3]
-    for key in ("reward/mean", "accuracy", "zero_variance_frac", "entropy", "length/mean", "kl_ref", "clip_frac",
-                "tokens_per_s", "loss", "grad_norm"):
+    for key in (
+        "reward/mean",
+        "accuracy",
+        "zero_variance_frac",
+        "entropy",
+        "length/mean",
+        "kl_ref",
+        "clip_frac",
+        "tokens_per_s",
+        "loss",
+        "grad_norm",
+    ):
         assert key in lines[0], key
     assert lines[0]["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the policy equals the reference before step 1
     assert lines[-1]["kl_ref"] > 0  # and has moved after two updates

@@ -105,7 +105,9 @@ def test_sigkill_mid_run_then_resume(tmp_path):
 
     killed_dir = tmp_path / "killed"
     metrics = killed_dir / "metrics.jsonl"
-    proc = subprocess.Popen(_cli("run", "--resume", str(killed_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _cli("run", "--resume", str(killed_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 180
     while _lines(metrics) < 5 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
