@@ -541,9 +541,17 @@ class SandboxPool:
         start = time.monotonic()
         uid = self._uid(slot)
         workdir = None
+        argv = self._argv(limits)
         kwargs: dict[str, Any] = {}
         if _is_root():
-            kwargs = {"user": uid, "group": uid, "extra_groups": []}
+            setpriv = shutil.which("setpriv")
+            if setpriv:
+                # Drop to the slot uid through util-linux setpriv rather than Popen(user=...): with user/group
+                # set, CPython cannot use vfork and copies the whole parent (measured: 150 ms per start from
+                # a process holding 256 MB, 8 ms through setpriv).
+                argv = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+            else:
+                kwargs = {"user": uid, "group": uid, "extra_groups": []}
         if self.backend != "bwrap":
             workdir = tempfile.mkdtemp(prefix=f"lrmgym-sbx{slot}-")
             if _is_root():
@@ -555,7 +563,7 @@ class SandboxPool:
             return ExecResult("infra", 0, job.n_tests, error=f"unencodable job: {exc}", backend=self.backend)
         try:
             proc = subprocess.Popen(
-                self._argv(limits),
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
