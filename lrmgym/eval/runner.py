@@ -113,6 +113,7 @@ def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None
         bar.update(len(batch))
     bar.close()
     report = _report(cfg, grader, tasks, samples, correct, time.perf_counter() - start)
+    report["env"] = _env_name(env)
     if out_dir is not None:
         _write(Path(out_dir), report, samples)
     return report
@@ -161,9 +162,8 @@ def _report(
     scores = [v["score"] for v in verdicts if v["score"] is not None]
     tokens = [s["tokens"] for s in samples if s["tokens"] is not None]
     truncated = sum(s["finish_reason"] == "length" for s in samples)
-    env_spec = getattr(env, "spec", None)
     return {
-        "env": getattr(env_spec, "id", None) or type(env).__name__,
+        "env": _env_name(env),
         "env_config": env.config.model_dump(mode="json") if getattr(env, "config", None) is not None else None,
         "split": getattr(getattr(env, "config", None), "split", None),
         "tasks": len(tasks), "n": n, "samples": len(samples),
@@ -180,6 +180,12 @@ def _report(
         "tokens_per_s": sum(tokens) / wall if tokens and wall > 0 else None,
         "config": cfg.model_dump(mode="json"),
     }  # fmt: skip
+
+
+def _env_name(env: TextEnv) -> str:
+    """The registered id (``lrmgym/Math-v0``) when the env was made by id, else its class name."""
+    spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
+    return getattr(spec, "id", None) or type(env.unwrapped).__name__
 
 
 def _rate(count: int, total: int, level: float) -> dict[str, Any]:

@@ -34,6 +34,14 @@ def render_plain_chat(messages: Sequence[dict[str, str]]) -> str:
     return "\n".join(lines) + "\nassistant: "
 
 
+def dtype_kwarg() -> str:
+    """The ``from_pretrained`` keyword for the dtype: ``dtype`` since transformers 4.56, ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` -> CUDA when available, else CPU; anything else is passed to :class:`torch.device`."""
     if device == "auto":
@@ -267,7 +275,7 @@ class HFPolicyConfig(BaseModel):
             )
         kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
         if self.dtype != "auto":
-            kwargs["dtype"] = _DTYPES[self.dtype]
+            kwargs[dtype_kwarg()] = _DTYPES[self.dtype]
         try:
             model = AutoModelForCausalLM.from_pretrained(str(Path(source).expanduser()), **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(

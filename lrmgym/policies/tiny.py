@@ -291,9 +291,9 @@ def load_tiny(folder: Path, device: str = "cpu", batch_size: int = 256) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lrmgym.policies.hf import HFPolicy
+    from lrmgym.policies.hf import HFPolicy, dtype_kwarg
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), **{dtype_kwarg(): torch.float32})
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     return HFPolicy(model.eval(), tokenizer, device=device, chat_template=False, batch_size=batch_size)
 

@@ -74,9 +74,9 @@ def test_a_crashing_verifier_makes_the_group_ungradeable_not_the_run():
 
 def test_adversarial_outputs_are_graded_on_math():
     env = lrmgym.make("Math-v0", difficulty=1, style="compact", template="r1")
-    n = 4
-    report = evaluate(env, AdversarialPolicy(), EvalConfig(n=n, k=[1, 4], tasks=3), progress=False)
-    assert report["samples"] == 12 and report["pass@k"]["pass@4"]["value"] == 0.0
+    report = evaluate(env, AdversarialPolicy(), EvalConfig(n=3, k=[1, 3], tasks=2), progress=False)
+    assert report["samples"] == 6 and report["pass@k"]["pass@3"]["value"] == 0.0
+    assert report["env"] == "lrmgym/Math-v0" and report["split"] == "test"
 
 
 def test_split_option_picks_the_test_split():
