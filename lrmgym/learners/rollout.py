@@ -210,8 +210,12 @@ def tokenize_trajectory(traj: Trajectory, tokenizer: Any) -> TokenizedTrajectory
             continue
         nxt = turns[i + 1].completion if i + 1 < len(turns) else None
         nxt_prompt = None if nxt is None else nxt.prompt_token_ids
-        if nxt_prompt is not None and len(nxt_prompt) >= len(ids) and list(nxt_prompt[: len(ids)]) == ids:
-            env_ids = list(nxt_prompt[len(ids) :])
+        # The EOS that ended the previous policy turn is not in the next prompt (the transcript is text, and
+        # decoding drops EOS); it stays in the trained sequence as the policy's action of ending its turn.
+        ends_eos = ids[-1] == getattr(tokenizer, "eos_token_id", None)
+        shared = len(ids) - 1 if ends_eos else len(ids)
+        if nxt_prompt is not None and len(nxt_prompt) >= shared and list(nxt_prompt[:shared]) == ids[:shared]:
+            env_ids = list(nxt_prompt[shared:])
         else:
             env_ids = _encode(tokenizer, turn.text)
             retokenized += nxt_prompt is not None

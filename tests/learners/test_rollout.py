@@ -75,7 +75,9 @@ def test_extend_prompt_text_and_chat():
 
 
 class _CharTok:
-    """Minimal tokenizer: one id per character (ord)."""
+    """Minimal tokenizer: one id per character (ord); EOS is id 3."""
+
+    eos_token_id = 3
 
     def encode(self, text, add_special_tokens=False):
         return [ord(c) for c in text]
@@ -104,6 +106,17 @@ def test_tokenize_falls_back_when_the_next_prompt_is_not_a_prefix():
     tt = tokenize_trajectory(_two_turn_trajectory(exact_prefix=False), _CharTok())
     assert tt.ids == [1, 2, 10, 11, ord("f"), ord("e"), ord("d"), 12]
     assert tt.retokenized == 1
+
+
+def test_eos_ending_a_turn_is_kept_though_the_next_prompt_lacks_it():
+    tr = _two_turn_trajectory()
+    first, second = tr.turns[0].completion, tr.turns[2].completion
+    first.token_ids, first.logprobs = [10, 11, 3], [-0.1, -0.2, -0.05]  # the turn ended with EOS (id 3)
+    tt = tokenize_trajectory(tr, _CharTok())
+    assert second.prompt_token_ids == [1, 2, 10, 11, 20, 21, 22]  # re-encoded text: no EOS
+    assert tt.ids == [1, 2, 10, 11, 3, 20, 21, 22, 12]
+    assert tt.policy_mask == [False, False, True, True, True, False, False, False, True]
+    assert tt.retokenized == 0
 
 
 def test_trailing_env_turn_is_dropped():
