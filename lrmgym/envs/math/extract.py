@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["TEMPLATES", "Extraction", "Template", "extract_answer"]
+__all__ = ["TEMPLATES", "Extraction", "Template", "braced", "extract_answer"]
 
 Template = Literal["plain", "boxed", "r1"]
 TEMPLATES: tuple[str, ...] = ("plain", "boxed", "r1")
@@ -47,7 +47,7 @@ def _fail(reason: str) -> Extraction:
     return Extraction(None, f"format: {reason}")
 
 
-def _braced(text: str, open_index: int, limit: int) -> str | None:
+def braced(text: str, open_index: int, limit: int) -> str | None:
     """The content of the brace group whose ``{`` is at ``open_index``; ``None`` if unclosed within ``limit``."""
     depth = 0
     end = min(len(text), open_index + limit + 2)
@@ -71,7 +71,7 @@ def _clean(answer: str) -> str:
             break
     box = _BOX_RE.match(answer)
     if box:
-        inner = _braced(answer, box.end() - 1, len(answer))
+        inner = braced(answer, box.end() - 1, len(answer))
         if inner is not None and answer[box.end() + len(inner) + 1 :].strip() == "":
             answer = inner.strip()
     if answer.endswith(".") and not answer.endswith(".."):
@@ -86,7 +86,7 @@ def _extract_boxed(text: str, strict: bool, limit: int) -> Extraction:
     if strict and len(boxes) > 1:
         return _fail(f"{len(boxes)} \\boxed{{}} answers, expected exactly one")
     box = boxes[-1]
-    inner = _braced(text, box.end() - 1, limit)
+    inner = braced(text, box.end() - 1, limit)
     if inner is None:
         return _fail(f"\\boxed{{ is not closed within {limit} characters")
     return Extraction(_clean(inner))

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrmgym.envs.math.extract import braced
+
 __all__ = [
     "Item",
     "DataError",
@@ -171,17 +173,11 @@ def gsm8k_answer(rationale: str) -> str:
 def last_boxed(text: str) -> str | None:
     """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced."""
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    brace = text.find("{", start)
+    brace = text.find("{", start) if start >= 0 else -1
     if brace < 0:
         return None
-    depth = 0
-    for i in range(brace, len(text)):
-        depth += (text[i] == "{") - (text[i] == "}")
-        if depth == 0:
-            return text[brace + 1 : i].strip()
-    return None
+    inner = braced(text, brace, len(text))
+    return None if inner is None else inner.strip()
 
 
 # --------------------------------------------------------------------------------------------------- loaders

@@ -313,10 +313,16 @@ class VerifierPool:
     interpreter exit and in a forked child's copy, without touching the parent's workers) leaves no process.
 
     Args:
-        size: How many workers at most. Default: the number of CPUs, at least 2 and at most 8.
+        size: How many workers at most. Default: ``$LRMGYM_VERIFIER_WORKERS``, else the number of CPUs, at
+            least 2 and at most 8.
     """
 
     def __init__(self, size: int | None = None) -> None:
+        if size is None and os.environ.get("LRMGYM_VERIFIER_WORKERS"):
+            raw = os.environ["LRMGYM_VERIFIER_WORKERS"]
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(f"LRMGYM_VERIFIER_WORKERS must be a positive integer, got {raw!r}.")
+            size = int(raw)
         if size is not None and (not isinstance(size, int) or size < 1):
             raise ValueError(f"VerifierPool size must be a positive integer, got {size!r}.")
         self.size = size or max(2, min(8, os.cpu_count() or 2))

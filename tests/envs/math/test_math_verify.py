@@ -138,6 +138,15 @@ def test_modulo_allowed_when_the_gold_uses_it():
     assert prefilter("3 \\pmod 7", "3 \\pmod{7}") is None
 
 
+def test_bad_worker_count_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("LRMGYM_VERIFIER_WORKERS", "lots")
+    msg = "LRMGYM_VERIFIER_WORKERS must be a positive integer, got 'lots'."
+    with pytest.raises(ValueError, match=f"^{mv.re.escape(msg)}$"):
+        VerifierPool()
+    monkeypatch.setenv("LRMGYM_VERIFIER_WORKERS", "3")
+    assert VerifierPool().size == 3  # no worker starts before the first check
+
+
 def test_bad_timeout_is_a_clear_error():
     msg = "timeout_s must be a positive number of seconds, got 0."
     with pytest.raises(ValueError, match=f"^{mv.re.escape(msg)}$"):
@@ -195,15 +204,14 @@ def test_a_worker_stuck_in_c_code_is_killed_and_replaced():
         assert private.worker_pids() and private.worker_pids() != [old_pid]
 
 
-def test_hard_timeout_verdict_is_ungradeable_and_not_cached():
+def test_hard_timeout_verdict_is_ungradeable_and_not_cached(pool):
     reply = {"status": "hard_timeout", "equal": False}
     outcome = mv._slow_outcome(reply, 0.5)
     assert (outcome.score, outcome.correct, outcome.reason) == (None, None, "ungradeable: timeout after 0.5 s")
     mv.clear_cache()
-    with VerifierPool(size=1) as private:
-        v = verify_answer("\\int_{0}^{1} e^{x^{2}} \\sin(x^{3}) dx", "1", timeout_s=0.5, pool=private)
-        assert v.score is None and v.reason == "ungradeable: timeout after 0.5 s"
-        assert len(mv._CACHE) == 0
+    v = verify_answer("\\int_{0}^{1} e^{x^{2}} \\sin(x^{3}) dx", "1", timeout_s=0.5, pool=pool)
+    assert v.score is None and v.reason == "ungradeable: timeout after 0.5 s"
+    assert len(mv._CACHE) == 0
 
 
 # ------------------------------------------------------------------------------------------------ callers
@@ -235,10 +243,11 @@ def _verify_in_child(pair):
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
-def test_works_from_worker_processes(method, pool):
+def test_works_from_worker_processes(method, pool, monkeypatch):
     mv.default_pool()  # the parent has a default pool too: a forked child must not use the parent's workers
+    monkeypatch.setenv("LRMGYM_VERIFIER_WORKERS", "1")  # one verifier worker per child keeps the test quick
     ctx = multiprocessing.get_context(method)
-    with ctx.Pool(2) as procs:
+    with ctx.Pool(1) as procs:
         results = procs.map(_verify_in_child, [("\\sqrt{4}", "2"), ("\\sqrt{2}", "2")])
     assert [r[0] for r in results] == [True, False]
     parent_pids = set(mv.default_pool().worker_pids()) | set(pool.worker_pids())
@@ -247,11 +256,11 @@ def test_works_from_worker_processes(method, pool):
 
 
 # ------------------------------------------------------------------------------------------------ leaks
-def test_close_leaves_no_process():
-    private = VerifierPool(size=2)
+def test_close_leaves_no_process(pool):
+    private = VerifierPool(size=1)
     private.warm()
     pids = private.worker_pids()
-    assert len(pids) == 2
+    assert len(pids) == 1
     private.close()
     assert _wait_gone(pids)
     assert private.worker_pids() == []
@@ -273,9 +282,10 @@ _CHILD = textwrap.dedent(
 @pytest.mark.parametrize("ending", ["exit", "hang"])
 def test_no_worker_outlives_its_interpreter(ending):
     """Normal exit runs the atexit hook; SIGKILL of the parent reaches the workers by the parent-death signal."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, ending], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, LRMGYM_VERIFIER_WORKERS="2")
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, ending], stdout=subprocess.PIPE, text=True, env=env)
     pids = [int(p) for p in proc.stdout.readline().split()]
-    assert len(pids) >= 2
+    assert len(pids) == 2
     if ending == "hang":
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
