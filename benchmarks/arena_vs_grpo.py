@@ -99,6 +99,7 @@ class RunResult:
     greedy: list[tuple[int, float]]  # (step, greedy accuracy), by step
     metrics: list[dict[str, Any]]  # metrics.jsonl lines
     wall_s: float
+    partial: bool = False  # unfinished: its evaluations so far
 
     @property
     def final(self) -> tuple[float, tuple[float, float]]:
@@ -115,13 +116,38 @@ class RunResult:
 
 
 def read_run(run_dir: Path, method: str, seed: int) -> RunResult:
-    """Parse ``summary.json`` and ``metrics.jsonl`` of one run."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    evals = sorted(summary["evals"].values(), key=lambda e: e["step"])
-    curve = [(e["step"], e["sampled"]["accuracy"], tuple(e["sampled"]["ci"])) for e in evals]
-    greedy = [(e["step"], e["greedy"]["accuracy"]) for e in evals if "greedy" in e]
+    """Parse one run folder: ``summary.json`` when the run finished, else its evaluations so far (partial)."""
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return RunResult(method, seed, curve, greedy, metrics, float(summary["train_wall_s"]))
+    if (run_dir / "summary.json").is_file():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        evals = sorted(summary["evals"].values(), key=lambda e: e["step"])
+        curve = [(e["step"], e["sampled"]["accuracy"], tuple(e["sampled"]["ci"])) for e in evals]
+        greedy = [(e["step"], e["greedy"]["accuracy"]) for e in evals if "greedy" in e]
+        return RunResult(method, seed, curve, greedy, metrics, float(summary["train_wall_s"]))
+    reports = {}  # step -> (sampled report, greedy report or None), from eval/step_<k>[_greedy]/eval.json
+    for path in (run_dir / "eval").glob("step_*/eval.json"):
+        tag = path.parent.name.removeprefix("step_")
+        step, greedy = int(tag.removesuffix("_greedy")), tag.endswith("_greedy")
+        reports.setdefault(step, [None, None])[int(greedy)] = json.loads(path.read_text())
+    steps = sorted(k for k, (sampled, _) in reports.items() if sampled is not None)
+    curve = [(k, reports[k][0]["avg@n"]["value"], tuple(reports[k][0]["avg@n"]["ci"])) for k in steps]
+    greedy = [(k, reports[k][1]["avg@n"]["value"]) for k in steps if reports[k][1] is not None]
+    wall = sum(m["time/step_s"] for m in metrics)
+    return RunResult(method, seed, curve, greedy, metrics, wall, partial=True)
+
+
+def partial_note(step: int) -> list[str]:
+    """The report's warning that some runs were unfinished."""
+    return [f"**Partial results: some runs were unfinished; every run is reported up to step {step}, the last "
+            "step that all of them had evaluated.**", ""]  # fmt: skip
+
+
+def truncated(run: RunResult, step: int) -> RunResult:
+    """``run`` as it was at ``step``: its evaluations and metrics up to that step."""
+    return RunResult(
+        run.method, run.seed, [c for c in run.curve if c[0] <= step], [g for g in run.greedy if g[0] <= step],
+        [m for m in run.metrics if m["step"] <= step], run.wall_s * step / max(len(run.metrics), 1), run.partial,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- stats
@@ -166,6 +192,7 @@ def report(args: argparse.Namespace, runs: list[RunResult], load: tuple[str, str
         cmd,
         "```",
         "",
+        *(partial_note(args.steps) if any(r.partial for r in runs) else []),
         f"Setup: `env=math` (procedural level-1 arithmetic), `policy=tiny` (the embedded ~0.8 M-parameter model"
         f"{model_note(args.policy_path)}), `learner=grpo` preset with "
         f"{args.steps} steps x {args.prompts} prompts x group {args.group} = **{args.steps * per_step} generated "
@@ -196,8 +223,9 @@ def report(args: argparse.Namespace, runs: list[RunResult], load: tuple[str, str
             reach[m].append(s)
             acc, (lo, hi) = r.final
             greedy = pct(r.greedy[-1][1]) if r.greedy else "n/a"
+            name = f"{m} (unfinished: last evaluation at step {r.curve[-1][0]})" if r.partial else m
             out.append(
-                f"| {m} | {r.seed} | {s if s is not None else f'>{args.steps}'} | "
+                f"| {name} | {r.seed} | {s if s is not None else f'>{args.steps}'} | "
                 f"{s * per_step if s is not None else f'>{args.steps * per_step}'} | "
                 f"{sp if sp is not None else f'>{args.steps}'} | {pct(acc)} [{pct(lo)}, {pct(hi)}] | {greedy} | "
                 f"{r.wall_s:.0f} |"
@@ -334,10 +362,15 @@ def main(argv: list[str] | None = None) -> None:
         loads["end"] = loadavg()
         state.write_text(json.dumps(loads))
     runs = [read_run(Path(args.workdir) / f"{m}-seed{s}", m, s) for m, s in pairs
-            if (Path(args.workdir) / f"{m}-seed{s}" / "summary.json").is_file()]  # fmt: skip
+            if (Path(args.workdir) / f"{m}-seed{s}" / "metrics.jsonl").is_file()]  # fmt: skip
     if not any(r.method == "grpo" for r in runs):
-        sys.exit(f"No finished plain-GRPO run in {args.workdir}: nothing to report yet.")
-    text = report(args, runs, (loads["start"], loads.get("end", "(unfinished)")), command_line(args))
+        sys.exit(f"No plain-GRPO run in {args.workdir}: nothing to report yet.")
+    cmd = command_line(args)
+    if any(r.partial for r in runs):  # compare every run at the last step that all of them have evaluated
+        args.steps = min(r.curve[-1][0] for r in runs)
+        runs = [truncated(r, args.steps) for r in runs]
+        print(f"Unfinished runs: reporting every run up to step {args.steps}.", file=sys.stderr)
+    text = report(args, runs, (loads["start"], loads.get("end", "(unfinished)")), cmd)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)
