@@ -114,6 +114,9 @@ class GRPOConfig(BaseModel):
     """Skip trajectories with advantage 0 in the update (they carry no policy gradient); kept when kl_coef > 0."""
     behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
     """Log-probs of the behaviour policy in the ratio: recomputed by the trainer, or the sampler's own."""
+    time_budget_s: float | None = Field(None, gt=0.0)
+    """Stop after this many seconds of training (summed over resumes), even before `steps`; None: no limit.
+    Keeps a run's wall time bounded on a busy machine, at the price of a load-dependent step count."""
     eval_before_after: bool = True
     """Evaluate on the held-out tasks of `eval` before training and after the last step."""
     eval_greedy: bool = True
@@ -293,6 +296,9 @@ class GRPOTrainer:
         status = "finished"
         with _Interrupt() as interrupt:
             while self.step < self.cfg.steps:
+                if self._over_budget():
+                    status = "time_budget"
+                    break
                 metrics = self.train_step()
                 bar.update(1)
                 bar.set_postfix(
@@ -302,7 +308,7 @@ class GRPOTrainer:
                 )
                 if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.step < self.cfg.steps:
                     self.evals[f"step_{self.step}"] = self._evaluate(f"step_{self.step}")
-                if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps or self._over_budget():
                     self._save()
                 if interrupt.requested:
                     status = "interrupted"
@@ -318,6 +324,9 @@ class GRPOTrainer:
         summary = self._finish(status)
         self._print_table(summary)
         return summary
+
+    def _over_budget(self) -> bool:
+        return self.cfg.time_budget_s is not None and self.elapsed_s >= self.cfg.time_budget_s
 
     def train_step(self) -> dict[str, Any]:
         """One GRPO step; appends its line to ``metrics.jsonl`` and returns it."""

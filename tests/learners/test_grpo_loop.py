@@ -151,3 +151,12 @@ def test_judge_metrics_are_merged(tmp_path, monkeypatch):
     cfg.learner.run(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["judge/groups_scored"] for m in lines] == [4, 4]
+
+
+def test_time_budget_stops_early_and_still_finishes(tmp_path):
+    cfg = run_config(_learner(steps=50, time_budget_s=1e-3, checkpoint_every=10))
+    summary = cfg.learner.run(cfg, tmp_path, resume=False)
+    assert summary["status"] == "time_budget" and summary["steps"] == 1
+    assert (tmp_path / "checkpoints" / "step_000001.pt").exists()
+    again = cfg.learner.run(cfg, tmp_path, resume=True)  # resuming an over-budget run trains no further
+    assert again["steps"] == 1
