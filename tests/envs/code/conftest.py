@@ -21,45 +21,25 @@ def _pool(backend: str, timeout_s: float = BATTERY_TIMEOUT_S) -> SandboxPool:
         pytest.skip(f"the {backend} sandbox cannot start here: {err}")
 
 
-@pytest.fixture(scope="session")
-def bwrap_pool():
-    pool = _pool("bwrap")
-    yield pool
-    pool.close()
+def _pool_fixture(backend: str, timeout_s: float = BATTERY_TIMEOUT_S):
+    @pytest.fixture(scope="session", name=f"{backend}_pool")
+    def fixture():
+        pool = _pool(backend, timeout_s)
+        yield pool
+        pool.close()
+
+    return fixture
 
 
-@pytest.fixture(scope="session")
-def unshare_pool():
-    pool = _pool("unshare")
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="session")
-def process_pool():
-    pool = _pool("process")
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="session")
-def auto_pool():
-    """Whatever isolation this machine has (bwrap, else the unshare fallback); skips when neither works.
-
-    A generous timeout: reference solutions must not fail for the load of a shared 2-core machine.
-    """
-    pool = _pool("auto", timeout_s=20.0)
-    yield pool
-    pool.close()
+bwrap_pool = _pool_fixture("bwrap")
+unshare_pool = _pool_fixture("unshare")
+process_pool = _pool_fixture("process")
+auto_pool = _pool_fixture("auto", timeout_s=20.0)
+"""Whatever isolation this machine has (bwrap, else the unshare fallback); skips when neither works. A generous
+timeout: reference solutions must not fail for the load of a shared 2-core machine."""
 
 
 @pytest.fixture(scope="session")
 def sandbox_available(auto_pool):
     """Skip a test when this machine can run no sandbox at all (no bwrap, no user namespaces)."""
     return auto_pool.backend
-
-
-@pytest.fixture(params=["bwrap", "unshare"], scope="session")
-def any_pool(request):
-    """The namespaced backends: bubblewrap and the unshare fallback."""
-    return request.getfixturevalue(f"{request.param}_pool")
