@@ -198,6 +198,8 @@ def test_gsm8k_and_math500_sources(shared_data):
     assert all("," not in gsm.task_at(i, seed=0).answer for i in range(1319))
     train = MathEnv(source="gsm8k", split="train", data_dir=str(shared_data))
     assert train.num_items == 7473
+    test_questions = {gsm.task_at(i, seed=0).metadata["question"].strip() for i in range(1319)}
+    assert not test_questions & {item.question.strip() for item in train._items}  # the splits do not overlap
     m5 = MathEnv(source="math500", split="test", order="sequential", data_dir=str(shared_data), template="boxed")
     assert m5.num_items == 500
     first = m5.task_at(0, seed=0)
