@@ -130,7 +130,7 @@ class TinyTrainConfig(BaseModel):
         default_factory=lambda: {"difficulty": 1, "style": "compact", "template": "r1", "split": "train"}
     )
     """Options of that env (must match the `env=math` preset, so train and test prompts look alike)."""
-    steps: int = Field(800, ge=1)
+    steps: int = Field(1400, ge=1)
     """Optimiser steps."""
     batch_size: int = Field(32, ge=1)
     """Sequences per step."""
