@@ -108,9 +108,16 @@ def test_a_tiny_hf_model_reports_tokens():
     from lrmgym.policies.hf import HFPolicy
     from lrmgym.policies.tiny import TinyArch, build_model, build_tokenizer
 
+    import torch
+
     tok = build_tokenizer()
     policy = HFPolicy(build_model(TinyArch(hidden=64, layers=1, heads=2, mlp=64), len(tok), 0), tok)
-    report = evaluate(lrmgym.make("Echo-v0"), policy, EvalConfig(n=2, tasks=3, max_new_tokens=5), progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CPU is shared; a tiny model gains nothing from more
+    try:
+        report = evaluate(lrmgym.make("Echo-v0"), policy, EvalConfig(n=2, tasks=3, max_new_tokens=5), progress=False)
+    finally:
+        torch.set_num_threads(threads)
     assert report["mean_tokens"] <= 5 and report["tokens_per_s"] > 0
     assert report["truncated_rate"]["total"] == 6
 
