@@ -105,10 +105,10 @@ def test_math_format_failures_and_passes_are_counted():
 
 
 def test_a_tiny_hf_model_reports_tokens():
+    import torch
+
     from lrmgym.policies.hf import HFPolicy
     from lrmgym.policies.tiny import TinyArch, build_model, build_tokenizer
-
-    import torch
 
     tok = build_tokenizer()
     policy = HFPolicy(build_model(TinyArch(hidden=64, layers=1, heads=2, mlp=64), len(tok), 0), tok)
