@@ -1,0 +1,136 @@
+"""The tiny default model: tokenizer, builder, cache, reproducibility. The full build is a slow test."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from click.testing import CliRunner
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.hf import HFPolicy
+from lrmgym.policies.tiny import (
+    TAG_TOKENS,
+    TinyArch,
+    TinyPolicyConfig,
+    TinyTrainConfig,
+    build_tiny,
+    build_tokenizer,
+    env_examples,
+    tiny_cache_root,
+)
+
+SMALL = {"arch": {"hidden": 64, "layers": 1, "heads": 2, "mlp": 64},
+         "train": {"steps": 4, "batch_size": 4, "warmup": 1}}  # fmt: skip
+
+
+def _pairs(cfg: TinyTrainConfig, count: int) -> list[tuple[str, str]]:
+    return [(f"Q:Compute {i}+1. A:", f"<think>{i}+1={i + 1}</think><answer>{i + 1}</answer>") for i in range(count)]
+
+
+def test_tokenizer_round_trip_and_single_token_tags(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = build_tokenizer()
+    text = "Q:Compute 93+13+41. A:<think>93+13=106;106+41=147</think><answer>147</answer>"
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text
+    for tag in TAG_TOKENS:
+        assert len(tok(tag)["input_ids"]) == 1
+    assert len(ids) == len("Q:Compute 93+13+41. A:") + 4 + len("93+13=106;106+41=147") + len("147")
+    assert tok.decode(tok("é")["input_ids"], skip_special_tokens=True) == ""  # unknown characters -> <unk>
+    tok.save_pretrained(str(tmp_path))
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert loaded(text)["input_ids"] == ids and loaded.eos_token_id == tok.eos_token_id == 1
+
+
+def test_arch_head_dim_must_suit_vllm():
+    msg = ("hidden / heads must be 32 or 64 so vLLM can serve the model, got hidden=128, heads=8 (head dim 16). "
+           "E.g. hidden=128, heads=4.")  # fmt: skip
+    with pytest.raises(ValidationError, match=re.escape(msg)):
+        TinyArch(hidden=128, heads=8)
+
+
+def test_cache_location_and_key(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tiny_cache_root() == tmp_path / "lrmgym" / "tiny"
+    cfg = TinyPolicyConfig()
+    assert cfg.cache_dir() == tmp_path / "lrmgym" / "tiny" / cfg.key()
+    assert TinyPolicyConfig(seed=1).key() != cfg.key()
+    assert TinyPolicyConfig(train={"steps": 5}).key() != cfg.key()
+    assert TinyPolicyConfig(device="cuda", threads=2, batch_size=8).key() == cfg.key()  # not weight-relevant
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    assert tiny_cache_root().parts[-3:] == (".cache", "lrmgym", "tiny")
+
+
+def test_build_is_cached_reproducible_and_loads(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = TinyPolicyConfig(**SMALL)
+    folder = build_tiny(cfg, progress=False, examples=_pairs)
+    facts = json.loads((folder / "build.json").read_text())
+    assert facts["key"] == cfg.key() and facts["params"] > 0 and facts["weight_bytes"] > 0
+    assert facts["first_loss"] > facts["final_loss"] > 0
+    first = load_file(str(folder / "model.safetensors"))
+    assert build_tiny(cfg, progress=False, examples=_pairs) == folder  # cached: not rebuilt
+    assert load_file(str(folder / "model.safetensors")).keys() == first.keys()
+    build_tiny(cfg, force=True, progress=False, examples=_pairs)
+    again = load_file(str(folder / "model.safetensors"))
+    assert all(torch.equal(first[k], again[k]) for k in first)  # same seed, same weights
+    other_dir = build_tiny(TinyPolicyConfig(**SMALL, seed=1), progress=False, examples=_pairs)
+    other = load_file(str(other_dir / "model.safetensors"))
+    assert not torch.equal(other["model.embed_tokens.weight"], first["model.embed_tokens.weight"])
+    policy = cfg.build()
+    assert isinstance(policy, HFPolicy)
+    (c,), = policy.generate(["Q:Compute 3+1. A:"], sampling=SamplingParams(max_new_tokens=5, seed=0))
+    assert len(c.token_ids) <= 5 and c.logprobs is not None
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "build.json", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json",
+    ]  # fmt: skip
+
+
+def test_missing_model_without_building_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = TinyPolicyConfig(build_if_missing=False)
+    msg = (f"The tiny model for this config is not built yet (expected in {cfg.cache_dir()}). "
+           "Run `lrmgym tiny build` or set policy.build_if_missing=true.")  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(msg)}$"):
+        cfg.build()
+
+
+def test_training_pairs_come_from_the_math_env_train_split():
+    pairs = env_examples(TinyTrainConfig(), 20)
+    assert all(p.startswith("Q:") and p.endswith("A:") for p, _ in pairs)
+    assert all(s.startswith("<think>") and s.endswith("</answer>") for _, s in pairs)
+    with pytest.raises(ValueError, match="has no text prompt with a metadata\\['solution'\\] string"):
+        env_examples(TinyTrainConfig(env="lrmgym/Echo-v0", env_options={}), 1)
+
+
+def test_cli_info_and_bad_option(monkeypatch, tmp_path):
+    from lrmgym.cli.tiny_cmd import command
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = CliRunner().invoke(command, ["info"])
+    assert result.exit_code == 0 and result.output.startswith("not built yet (would be ")
+    result = CliRunner().invoke(command, ["build", "--steps", "0"])
+    assert result.exit_code == 2 and "0 is not in the range x>=1" in result.output
+
+
+@pytest.mark.slow
+def test_default_build_is_at_the_edge_of_competence(monkeypatch, tmp_path):
+    """The real recipe: build time and held-out accuracy at T=1 in the 20-60 % band (several minutes)."""
+    import lrmgym
+    from lrmgym.eval import EvalConfig, evaluate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = TinyPolicyConfig(threads=1)
+    policy = cfg.build()
+    facts = json.loads((cfg.cache_dir() / "build.json").read_text())
+    assert facts["params"] < 1_000_000
+    env = lrmgym.make("Math-v0", difficulty=1, style="compact", template="r1")
+    report = evaluate(env, policy, EvalConfig(n=4, k=[1, 4], tasks=200, max_new_tokens=64), progress=False)
+    assert 0.2 <= report["avg@n"]["value"] <= 0.6
