@@ -343,6 +343,7 @@ def build_tiny(
     try:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        _portable_tokenizer_config(tmp / "tokenizer_config.json")
         facts.update(
             key=cfg.key(), config=cfg.model_dump(mode="json", exclude={"path", "device", "batch_size"}),
             params=sum(p.numel() for p in model.parameters()), weight_bytes=(tmp / "model.safetensors").stat().st_size,
@@ -357,6 +358,16 @@ def build_tiny(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _portable_tokenizer_config(path: Path) -> None:
+    """Name the tokenizer class ``PreTrainedTokenizerFast``, which transformers 4.x and 5.x (and so vLLM) know.
+
+    transformers 5 writes its new ``TokenizersBackend`` name, which older installs cannot resolve.
+    """
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _auto_threads(load: list[float] | None) -> int:
