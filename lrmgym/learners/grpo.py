@@ -347,6 +347,8 @@ class GRPOTrainer:
         train_start = time.perf_counter()
         stats = self._update([tokenized[i] for i in rows], [float(flat_adv[i]) for i in rows])
         train_s = time.perf_counter() - train_start
+        stats["lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this step's update used
+        self.scheduler.step()  # once per training step, whether or not any trajectory carried signal
         self.step += 1
         self.data_pos += b
         metrics = self._metrics(ro, trajs, tokenized, adv, rows, stats)
@@ -450,7 +452,6 @@ class GRPOTrainer:
                     sums["grad_norm"] += float(norm)
                 self.optimizer.step()
                 optim_steps += 1
-        self.scheduler.step()
         self.model.eval()
         first_epoch_tokens = float(loss_mask.sum())
         return {
@@ -486,7 +487,6 @@ class GRPOTrainer:
                 np.mean([c is not None and c.finish_reason == "length" for c in completions])
             ),
             "tokens_per_s": generated / ro.generate_s if ro.generate_s > 0 else 0.0,
-            "lr": self.optimizer.param_groups[0]["lr"],
             **stats,
         }
         if self.turns > 1:

@@ -160,3 +160,10 @@ def test_time_budget_stops_early_and_still_finishes(tmp_path):
     assert (tmp_path / "checkpoints" / "step_000001.pt").exists()
     again = cfg.learner.run(cfg, tmp_path, resume=True)  # resuming an over-budget run trains no further
     assert again["steps"] == 1
+
+
+def test_warmup_counts_training_steps(tmp_path):
+    cfg = run_config(_learner(steps=3, warmup_steps=2, lr=1e-3))
+    cfg.learner.run(cfg, tmp_path, resume=False)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["lr"] for m in lines] == pytest.approx([5e-4, 1e-3, 1e-3])
