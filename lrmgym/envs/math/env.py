@@ -222,6 +222,10 @@ class MathEnv(TextEnv):
         if verdict.score is None:
             return None
         template = task.metadata.get("template", self.config.template)
+        if self.config.style == "compact":  # short, and ending in the answer cue, for small-context models
+            if verdict.format_ok is False:
+                return "\nBad format. Try again. A:"
+            return f"\nNot {str(verdict.parsed)[:24]}. Try again. A:"
         if verdict.format_ok is False:
             problem = verdict.reason.removeprefix("format: ")
             return f"Your response did not follow the required format ({problem}). {INSTRUCTIONS[template]}"

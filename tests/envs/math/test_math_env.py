@@ -103,10 +103,17 @@ def test_multi_turn_retry_with_feedback():
     _, info = env.reset(seed=1)
     task = info["task"]
     obs, reward, terminated, truncated, _ = env.step(_r1("-999"))
-    assert obs == f"Your answer -999 is not correct. Try again. {INSTRUCTIONS['r1']}"
+    assert obs == "\nNot -999. Try again. A:"  # compact: short, ending in the answer cue
     assert (reward, terminated, truncated) == (0.0, False, False)
     obs, reward, terminated, truncated, _ = env.step(_r1(task.answer))
     assert (reward, terminated, truncated) == (1.0, True, False)
+    env = MathEnv(max_turns=2, style="instruct")
+    env.reset(seed=1)
+    obs = env.step(_r1("-999"))[0]
+    assert obs == f"Your answer -999 is not correct. Try again. {INSTRUCTIONS['r1']}"
+    compact = MathEnv(max_turns=2, style="compact")
+    compact.reset(seed=1)
+    assert compact.step("no tags")[0] == "\nBad format. Try again. A:"
 
 
 def test_multi_turn_format_feedback_and_truncation():
