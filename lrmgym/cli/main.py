@@ -272,7 +272,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
     """
     cfg = _resolve(overrides)
     from lrmgym.configs.build import make_env
-    from lrmgym.eval.runner import evaluate
+    from lrmgym.eval.runner import evaluate, print_report
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     env_name = cfg.env.id.split("/")[-1].split("-v")[0].lower()
@@ -281,7 +281,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
     policy = cfg.policy.build()
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_atomic(out_dir / "config.yaml", cfg.to_yaml())
-    evaluate(env, policy, cfg.eval, out_dir)
+    print_report(evaluate(env, policy, cfg.eval, out_dir))
     click.echo(f"results: {out_dir}")
 
 

@@ -40,7 +40,7 @@ class EchoEnv(TextEnv):
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
         words = " ".join(rng.choice(_WORDS, size=self.config.words))
         return Task(
-            id=f"echo/{self.stream_seed}/{index}",
+            id=f"echo/{index}/{words.replace(' ', '-')}",  # content-based: stable whatever the seed source
             prompt=f"Repeat exactly: {words}",
             answer=words,
             metadata={"source": "echo", "index": index, "difficulty": self.config.words},

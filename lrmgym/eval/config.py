@@ -14,11 +14,11 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
 
-    n: int = Field(8, ge=1)
+    n: int = Field(4, ge=1)
     """Samples per task."""
     k: list[int] = Field(default_factory=lambda: [1])
     """pass@k values to report; each must be between 1 and n."""
-    tasks: int = Field(100, ge=1)
+    tasks: int = Field(500, ge=1)
     """How many tasks (indices 0 .. tasks-1 of the stream `seed`; fewer if the env's data set is smaller)."""
     split: str | None = "test"
     """Data split, for envs with a `split` option (the env is rebuilt with it); None keeps the env's own."""
