@@ -11,6 +11,7 @@ import datetime as dt
 import importlib
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,10 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
     click.echo(f"run directory: {run_dir}")
     try:
         cfg.learner.run(cfg, run_dir, resume=resume_dir is not None)
+    except (FileNotFoundError, ConfigError) as err:  # e.g. policy.model points nowhere: a user mistake
+        if resume_dir is None and [p.name for p in run_dir.iterdir()] == ["config.yaml"]:
+            shutil.rmtree(run_dir)  # nothing but the config was written: leave no half-made run behind
+        raise UserError(str(err)) from None
     except KeyboardInterrupt:
         click.echo(f"\nInterrupted; resume with: lrmgym run --resume {run_dir}", err=True)
         sys.exit(130)
@@ -277,8 +282,13 @@ def eval_(overrides: tuple[str, ...]) -> None:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     env_name = cfg.env.id.split("/")[-1].split("-v")[0].lower()
     out_dir = Path(cfg.run.output_dir) / (cfg.run.name or f"eval-{env_name}-{stamp}")
-    env = make_env(cfg)
-    policy = cfg.policy.build()
+    from lrmgym.configs.resolve import ConfigError
+
+    try:
+        env = make_env(cfg)
+        policy = cfg.policy.build()
+    except (FileNotFoundError, ConfigError) as err:
+        raise UserError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_atomic(out_dir / "config.yaml", cfg.to_yaml())
     print_report(evaluate(env, policy, cfg.eval, out_dir))

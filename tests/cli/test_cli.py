@@ -71,3 +71,14 @@ def test_config_show_prints_resolved_yaml():
 def test_config_presets_lists_groups():
     result = invoke("config", "presets")
     assert result.exit_code == 0 and result.output.splitlines()[0].startswith("env: ")
+
+
+def test_missing_model_folder_is_a_user_error_and_leaves_no_run_behind(tmp_path):
+    missing = tmp_path / "no-such-model"
+    for args in (["run", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={tmp_path / 'runs'}"],
+                 ["eval", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={tmp_path / 'runs'}"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        assert result.output.splitlines()[-1].startswith(f"Error: policy.model='{missing}' is not a folder.")
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
