@@ -28,7 +28,7 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
     from lrmgym.configs.resolve import ConfigError, validate_component, validate_env, list_presets, merged_tree
 
     try:
-        tree = merged_tree(tokens, defaults={"judge": []})
+        tree = merged_tree(tokens, defaults={"judge": []}, add_accuracy=False)
         extra = sorted(k for k, v in tree.items() if k not in ("env", "judge") and v)
         if extra:
             raise ConfigError(

@@ -131,7 +131,7 @@ def parse_overrides(tokens: Sequence[str]) -> tuple[dict[str, Any], list[tuple[l
 
 
 # ------------------------------------------------------------------------------------------------ merging
-def _judge_presets(value: Any) -> dict[str, dict[str, Any]]:
+def _judge_presets(value: Any, add_accuracy: bool = True) -> dict[str, dict[str, Any]]:
     if value in (None, "none", "None", [], ""):
         return {}
     names = value if isinstance(value, list) else [value]
@@ -143,7 +143,7 @@ def _judge_presets(value: Any) -> dict[str, dict[str, Any]]:
     # Judges add to the verifiable reward rather than replace it: without an accuracy or arena judge (the
     # arena keeps verifiable rewards for mixed groups), the accuracy judge goes first, so judge=format_strict
     # trains on accuracy + format. judge.accuracy.weight=0 trains on the other judges alone.
-    if judges and not any(j.get("kind") in ("accuracy", "arena") for j in judges.values()):
+    if add_accuracy and judges and not any(j.get("kind") in ("accuracy", "arena") for j in judges.values()):
         judges = {"accuracy": load_preset("judge", "accuracy"), **judges}
     return judges
 
@@ -161,14 +161,20 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def merged_tree(tokens: Sequence[str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Apply defaults, presets and dotted overrides; returns the raw (unvalidated) config tree."""
+def merged_tree(
+    tokens: Sequence[str], defaults: Mapping[str, Any] | None = None, add_accuracy: bool = True
+) -> dict[str, Any]:
+    """Apply defaults, presets and dotted overrides; returns the raw (unvalidated) config tree.
+
+    ``add_accuracy=False`` keeps the judges exactly as listed (``lrmgym judge`` scores files that may have no
+    verifier to run).
+    """
     groups, dotted = parse_overrides(tokens)
     chosen = {**(DEFAULTS if defaults is None else defaults), **groups}
     tree: dict[str, Any] = {"eval": {}, "run": {}}
     for group in GROUPS:
         if group == "judge":
-            tree["judge"] = _judge_presets(chosen.get("judge"))
+            tree["judge"] = _judge_presets(chosen.get("judge"), add_accuracy)
         elif group in chosen:
             tree[group] = load_preset(group, chosen[group])
     for path, value, _ in dotted:

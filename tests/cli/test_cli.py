@@ -82,3 +82,17 @@ def test_missing_model_folder_is_a_user_error_and_leaves_no_run_behind(tmp_path)
         assert "Traceback" not in result.output
         assert result.output.splitlines()[-1].startswith(f"Error: policy.model='{missing}' is not a folder.")
     assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+
+
+def test_judge_command_scores_exactly_the_listed_judges(tmp_path):
+    """`lrmgym judge` adds no accuracy judge: a file without a verifier is still graded by format alone."""
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"prompt": "Q:1+1. A:", "completion": "<think>1+1=2</think><answer>2</answer>"}) + "\n"
+        + json.dumps({"prompt": "Q:1+1. A:", "completion": "<answer>2</answer> and more"}) + "\n"
+    )
+    result = CliRunner().invoke(cli, ["judge", "--input", str(src), "--output", str(tmp_path / "out.jsonl"), "judge=format_strict"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["verdict"]["score"] for r in rows] == [1.0, 0.0]
+    assert [c["name"] for c in rows[0]["verdict"]["components"]] == ["format_strict"]
