@@ -61,6 +61,7 @@ def run_overrides(args: argparse.Namespace, method: str, seed: int) -> list[str]
         f"run.name={method}-seed{seed}", f"learner.steps={args.steps}", f"learner.prompts_per_step={args.prompts}",
         f"learner.group_size={args.group}", f"learner.eval_every={args.eval_every}",
         f"learner.checkpoint_every={args.steps}", "learner.progress=false", f"learner.torch_threads={args.threads}",
+        "learner.time_budget_s=null",  # the preset stops at 7 minutes: every run must do all its steps
         f"eval.tasks={args.eval_tasks}", f"eval.n={args.eval_n}", f"eval.max_new_tokens={args.eval_max_new_tokens}",
     ]  # fmt: skip
     if args.policy_path:
@@ -73,7 +74,7 @@ def run_overrides(args: argparse.Namespace, method: str, seed: int) -> list[str]
 def run_one(args: argparse.Namespace, method: str, seed: int) -> Path:
     """Run one (method, seed) through the CLI unless its summary exists; returns the run folder."""
     run_dir = Path(args.workdir) / f"{method}-seed{seed}"
-    if (run_dir / "summary.json").is_file():
+    if (run_dir / "summary.json").is_file() and finished(run_dir):
         return run_dir
     if run_dir.exists():  # an interrupted run: start it over (a resume would need its checkpoints)
         shutil.rmtree(run_dir)
@@ -85,7 +86,15 @@ def run_one(args: argparse.Namespace, method: str, seed: int) -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}; see {log}")
     print(f"{method} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+    if not finished(run_dir):
+        raise RuntimeError(f"{run_dir} stopped before its last step; see {run_dir / 'summary.json'}")
     return run_dir
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether a run with a ``summary.json`` did all its planned steps (not stopped by a time budget)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary.get("status") == "finished" and summary.get("steps") == summary.get("steps_planned")
 
 
 # --------------------------------------------------------------------------------------------------- reading
@@ -118,7 +127,7 @@ class RunResult:
 def read_run(run_dir: Path, method: str, seed: int) -> RunResult:
     """Parse one run folder: ``summary.json`` when the run finished, else its evaluations so far (partial)."""
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    if (run_dir / "summary.json").is_file():
+    if (run_dir / "summary.json").is_file() and finished(run_dir):
         summary = json.loads((run_dir / "summary.json").read_text())
         evals = sorted(summary["evals"].values(), key=lambda e: e["step"])
         curve = [(e["step"], e["sampled"]["accuracy"], tuple(e["sampled"]["ci"])) for e in evals]
