@@ -18,8 +18,6 @@ Formats (see each data folder's README under ``$LRMGYM_SHARED_DATA``):
 from __future__ import annotations
 
 import ast
-import gzip
-import json
 import os
 import textwrap
 import warnings
@@ -27,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from lrmgym.envs._jsonl import iter_jsonl
 
 __all__ = [
     "CodeTask",
@@ -293,18 +293,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             f"Task file not found: {path}. Set LRMGYM_SHARED_DATA to the folder holding the data sets, "
             "or pass source=<path to a .jsonl file>."
         )
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg}).") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}.")
-            yield lineno, row
+    return iter_jsonl(path, DataError)
 
 
 def _require(row: dict[str, Any], keys: tuple[str, ...], where: str) -> None:

@@ -14,7 +14,6 @@ The default location of the bundled-by-reference copies is ``$LRMGYM_DATA_DIR``,
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lrmgym.envs._jsonl import iter_jsonl
 from lrmgym.envs.math.extract import braced
 
 __all__ = [
@@ -96,18 +96,7 @@ def resolve_builtin(source: str, split: str, data_dir: str | Path | None = None)
 
 # --------------------------------------------------------------------------------------------------- readers
 def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({exc.msg}). Each line must be one JSON object.") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}.")
-            yield row
+    return (row for _, row in iter_jsonl(path, DataError))
 
 
 def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
