@@ -21,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium
 from pydantic import BaseModel, ConfigDict
 
+from lrmgym.cache import ContentCache
 from lrmgym.core import Completion, Component, Prompt, Task, TextEnv, Verdict
 
 __all__ = [
@@ -130,39 +130,6 @@ def content_hash(*parts: Any) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
-
-
-class ContentCache:
-    """A thread-safe bounded LRU cache from content hashes to judge outcomes.
-
-    Only successful outcomes are stored: a failure is retried next time instead of being remembered.
-    """
-
-    def __init__(self, max_entries: int = 100_000) -> None:
-        self.max_entries = max_entries
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> tuple[bool, Any]:
-        """``(True, value)`` on a hit, ``(False, None)`` on a miss."""
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                return True, self._data[key]
-            return False, None
-
-    def put(self, key: Hashable, value: Any) -> None:
-        """Store a value, evicting the least recently used entry when full."""
-        if self.max_entries <= 0:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 class JudgeStats:

@@ -192,3 +192,10 @@ def test_judged_envs_pass_the_env_checker_with_adversarial_outputs():
         ArenaJudge(RulePairwiseJudge()), LLMPointwiseJudge(ScriptedPolicy(lambda p, i: "SCORE: 5")),
     ]  # fmt: skip
     check_env(JudgedEnv(EchoEnv(max_turns=2), judges))
+
+
+def test_content_cache_clear_forgets_everything():
+    cache = ContentCache(max_entries=4)
+    cache.put("a", 1)
+    cache.clear()
+    assert cache.get("a") == (False, None) and len(cache) == 0

@@ -35,7 +35,6 @@ import sys
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from lrmgym.cache import ContentCache
 from lrmgym.core import Component, Verdict
 
 __all__ = [
@@ -178,37 +178,7 @@ def _fast_verdict(prediction: str, gold: str) -> tuple[bool, str] | None:
 
 
 # --------------------------------------------------------------------------------------------------- cache
-class _LRU:
-    """A thread-safe bounded mapping from a content hash to a verdict outcome."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._data: OrderedDict[str, tuple[float | None, bool | None, str]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> tuple[float | None, bool | None, str] | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: str, value: tuple[float | None, bool | None, str]) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-_CACHE = _LRU(_CACHE_SIZE)
+_CACHE = ContentCache(_CACHE_SIZE)
 
 
 def clear_cache() -> None:
@@ -560,9 +530,9 @@ def verify_answer(
         outcome = _incorrect(f"rejected: {why}")
     else:
         key = _cache_key(prediction, gold_text) if use_cache else ""
-        hit = _CACHE.get(key) if use_cache else None
-        if hit is not None:
-            outcome, cached = _Outcome(*hit), True
+        cached, hit = _CACHE.get(key) if use_cache else (False, None)
+        if cached:
+            outcome = _Outcome(*hit)
         else:
             fast = _fast_verdict(prediction, gold_text)
             if fast is not None:

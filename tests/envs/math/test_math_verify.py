@@ -160,7 +160,7 @@ def test_cache_hits_are_marked_and_timeouts_are_not_cached(pool):
     second = verify_answer("\\sqrt{4}", "2", pool=pool)
     assert first.correct and second.correct
     assert (first.components[0].cached, second.components[0].cached) == (False, True)
-    assert mv._CACHE.get(mv._cache_key("\\sqrt{4}", "2")) == (1.0, True, "correct")
+    assert mv._CACHE.get(mv._cache_key("\\sqrt{4}", "2")) == (True, (1.0, True, "correct"))  # (hit, stored outcome)
 
 
 # ------------------------------------------------------------------------------------------------ hostile input
