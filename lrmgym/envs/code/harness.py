@@ -1,6 +1,6 @@
 """The in-sandbox test harness: runs untrusted candidate code in one process and grades it from another.
 
-This file is executed inside the sandbox as ``python -I -S -c <this source>``; it must stay standard-library
+This file is executed inside the sandbox as ``python -S -s -P -B`` (byte-compiled); it must stay standard-library
 only and must not import :mod:`lrmgym`. The trusted parent (:mod:`lrmgym.envs.code.sandbox`) reads its text.
 
 Why two processes (hand-written, because no library offers this split): when the unit tests run in the
@@ -22,6 +22,8 @@ Wire format from the parent: two frames, each an 8-byte big-endian length then a
 (not JSON: importing ``json`` pulls in ``re`` and ``enum`` and costs more than the rest of the harness).
 Frame 1: ``{"code", "mode": "call"|"stdio", "deadline_s", "out_cap", "limits": {name: value}}``.
 Frame 2: ``{"units": [{"src", "test"}...], "prelude", "bind": {alias: name}, "cases": [{"stdin", "stdout"}]}``.
+The harness writes ``LRMGYM-HARNESS-START`` on stdout once frame 1 has arrived (a pre-started harness
+waits for it with its imports done; no marker means the sandbox died before it had a job).
 Result (stdout): the line ``LRMGYM-RESULT``, an 8-byte length, then a marshalled dict with ``status``,
 ``passed``, ``total``, per-test ``results`` and the candidate's captured ``output`` (truncated).
 """
@@ -29,6 +31,7 @@ Result (stdout): the line ``LRMGYM-RESULT``, an 8-byte length, then a marshalled
 import builtins
 import marshal
 import os
+import resource
 import select
 import sys
 import time
@@ -214,7 +217,7 @@ class Harness:
         rpc_rep_r, rpc_rep_w = os.pipe()
         out_r, out_w = os.pipe()
         in_r, in_w = os.pipe() if stdin_data is not None else (None, None)
-        pid = os.fork()
+        pid = self._fork()
         if pid == 0:  # C
             try:
                 os.setsid()  # C's own process group: H kills it as a group
@@ -236,6 +239,20 @@ class Harness:
         self.pid, self.req_w, self.rep_r, self.out_r, self.out_open = pid, rpc_req_w, rpc_rep_r, out_r, True
         if in_w is not None:
             self._feed_stdin(in_w, stdin_data.encode("utf-8", "surrogatepass"))
+
+    def _fork(self):
+        """``os.fork``, retried while the uid is at ``RLIMIT_NPROC``.
+
+        Before C exists the only other tasks of this uid are those of the slot's previous sandbox, killed
+        but maybe not yet reaped by the kernel (or, in stdio mode, what an earlier case left in this one).
+        """
+        while True:
+            try:
+                return os.fork()
+            except BlockingIOError:
+                if time.monotonic() >= self.deadline:
+                    raise _Abort("timeout") from None
+                time.sleep(0.002)
 
     def _feed_stdin(self, fd, data):
         os.set_blocking(fd, False)
@@ -561,8 +578,6 @@ def _run_stdio_mode(h, tests, results):
 
 
 def _set_limits(limits):
-    import resource
-
     for name, value in limits.items():
         res = getattr(resource, "RLIMIT_" + name.upper())
         soft, hard = resource.getrlimit(res)
@@ -628,9 +643,9 @@ def main():
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing else in H prints on the result channel by accident
     _non_dumpable()
-    out.write(b"LRMGYM-HARNESS-START\n")
+    job = _read_frame(0)  # a pre-started sandbox waits here, everything above already done
+    out.write(b"LRMGYM-HARNESS-START\n")  # the job arrived: from here on, no result means the job's fault
     out.flush()
-    job = _read_frame(0)
     if job.get("hide"):
         _private_filesystem(job["hide"], int(job["tmpfs_bytes"]))
         _non_dumpable()
@@ -672,6 +687,7 @@ def main():
     data = marshal.dumps(report)
     out.write(b"LRMGYM-RESULT\n" + len(data).to_bytes(8, "big") + data)
     out.flush()
+    os._exit(0)  # nothing left to do: skip the interpreter's clean-up
 
 
 def _run_call_mode(h, tests, results):

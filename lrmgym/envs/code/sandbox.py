@@ -21,6 +21,17 @@ Layers, outermost first (see ``/work/shared/specs/security.md`` §4.1 for the me
   it writes more; this side reads at most a fixed budget from the harness.
 - **The result channel**: see :mod:`lrmgym.envs.code.harness`; only the harness process can write it.
 
+**One sandbox per job, started ahead** (``prestart``, the default for the namespaced backends): when a job
+is handed to its sandbox, the slot's next sandbox is started at once and boots (namespaces, interpreter,
+harness) on the other core while the job runs; its harness then blocks reading its job from stdin. The
+next job in that slot goes to it if it is still alive and was started with the same argv (limits that
+change the argv, such as the tmpfs size, get a fresh one); its limits and deadline travel with the job and
+count from the hand-over. Each sandbox runs exactly one job and is killed with it, so no two jobs ever
+share a process, a file system or an interpreter. A spare that died before it read its job (no start
+marker) is replaced by a fresh sandbox and the job rerun there. With a core to spare this takes the
+start-up off the job's latency (``benchmarks/sandbox.py``); it does not make a start-up cost less CPU, and
+each slot keeps one idle sandbox (an interpreter, about 10 MB) until :meth:`SandboxPool.close`.
+
 The pool runs each sandbox from one of ``workers`` threads with plain blocking ``Popen`` + ``select``: under
 CPU contention every hand-off between threads costs a scheduler time slice, and an asyncio loop with a
 child-watcher thread needs several per execution (measured: about 80 ms more per run at load 9 on 2 cores).
@@ -197,6 +208,16 @@ class ExecResult:
         return self.passed / self.total if self.total else 0.0
 
 
+@dataclass(eq=False)
+class _Box:
+    """One started sandbox: its session leader, the argv it was started with, its uid and host work dir."""
+
+    proc: subprocess.Popen
+    argv: list[str]
+    uid: int
+    workdir: str | None
+
+
 # --------------------------------------------------------------------------------------------------- backends
 def _is_root() -> bool:
     return os.geteuid() == 0
@@ -306,6 +327,9 @@ class SandboxPool:
         max_pending: Most jobs queued or running; :meth:`submit` blocks beyond (backpressure).
         uid_base: Lowest uid of the per-slot sandbox uids (used when running as root); the pool reserves the
             first free block of ``workers`` uids at or above it.
+        prestart: Keep one started sandbox per slot waiting for its job (namespaced backends only): each
+            job's hand-over starts the slot's next sandbox, which boots while the job runs. Each sandbox
+            still runs exactly one job and is then killed.
 
     Raises:
         SandboxError: The backend is unknown or unavailable, or the probe execution failed.
@@ -319,6 +343,7 @@ class SandboxPool:
         python: str | None = None,
         max_pending: int | None = None,
         uid_base: int = 60000,
+        prestart: bool = True,
     ) -> None:
         if backend not in BACKENDS:
             raise SandboxError(f"Unknown sandbox backend {backend!r}; expected one of {', '.join(BACKENDS)}.")
@@ -341,8 +366,11 @@ class SandboxPool:
         for slot in range(self.workers):
             self._slots.put(slot)
         self._procs: set[int] = set()
+        self._spares: dict[int, _Box] = {}  # slot -> its pre-started sandbox
         self._procs_lock = threading.Lock()
         self._closed = False
+        self.prestart = False  # set once the probe chose a backend
+        self._setpriv = shutil.which("setpriv") if _is_root() else None
         self.python = python or self._pick_python()
         self._harness_dir = tempfile.mkdtemp(prefix="lrmgym-harness-")
         self._harness_pyc = self._compile_harness()
@@ -363,6 +391,8 @@ class SandboxPool:
             )
         if failures:
             logger.warning("Code sandbox: %s", "; ".join(failures))
+        # The process backend has no pid namespace: it kills leftovers by uid, which would take the spare too.
+        self.prestart = prestart and self.backend != "process"
         # Loud for 'auto' and for anything weaker than bwrap: with logging unconfigured, Python's last-resort
         # handler prints warnings to stderr, so the user always sees which isolation they got.
         level = logging.WARNING if self.requested == "auto" or self.backend != "bwrap" else logging.INFO
@@ -388,6 +418,7 @@ class SandboxPool:
             "backend": self.backend,
             "isolation": ISOLATION[self.backend],
             "workers": self.workers,
+            "prestart": self.prestart,
             "python": self.python,
             "uids": f"{self.uid_base}-{self.uid_base + self.workers - 1}" if _is_root() else str(os.getuid()),
             "limits": dataclasses.asdict(self.limits),
@@ -539,28 +570,49 @@ class SandboxPool:
 
     def _execute_in_slot(self, job: Job, limits: Limits, slot: int) -> ExecResult:
         start = time.monotonic()
-        uid = self._uid(slot)
-        workdir = None
+        try:
+            data = self._frames(job, limits)
+        except ValueError as exc:
+            return ExecResult("infra", 0, job.n_tests, error=f"unencodable job: {exc}", backend=self.backend)
+        argv = self._slot_argv(slot, limits)
+        box = self._take_spare(slot, argv)
+        while True:
+            spare = box is not None
+            if box is None:
+                try:
+                    box = self._start(slot, argv)
+                except OSError as exc:
+                    return ExecResult(
+                        "infra", 0, job.n_tests, error=f"cannot start sandbox: {exc}", backend=self.backend
+                    )
+            out, err, hard_timeout = self._hand_over(box, slot, data, limits)
+            if spare and not out.startswith(_START):
+                box = None  # the spare died before it read the job (killed from outside): run it on a fresh one
+                continue
+            return self._parse(job, out, err, hard_timeout, time.monotonic() - start)
+
+    def _slot_argv(self, slot: int, limits: Limits) -> list[str]:
         argv = self._argv(limits)
+        if _is_root() and self._setpriv:
+            # Drop to the slot uid through util-linux setpriv rather than Popen(user=...): with user/group
+            # set, CPython cannot use vfork and copies the whole parent (measured: 150 ms per start from
+            # a process holding 256 MB, 8 ms through setpriv).
+            uid = self._uid(slot)
+            argv = [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+        return argv
+
+    def _start(self, slot: int, argv: list[str]) -> _Box:
+        """Start one sandbox for ``slot``; its harness waits for the job on stdin. Raises OSError."""
+        uid = self._uid(slot)
         kwargs: dict[str, Any] = {}
-        if _is_root():
-            setpriv = shutil.which("setpriv")
-            if setpriv:
-                # Drop to the slot uid through util-linux setpriv rather than Popen(user=...): with user/group
-                # set, CPython cannot use vfork and copies the whole parent (measured: 150 ms per start from
-                # a process holding 256 MB, 8 ms through setpriv).
-                argv = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
-            else:
-                kwargs = {"user": uid, "group": uid, "extra_groups": []}
+        if _is_root() and not self._setpriv:
+            kwargs = {"user": uid, "group": uid, "extra_groups": []}
+        workdir = None
         if self.backend != "bwrap":
             workdir = tempfile.mkdtemp(prefix=f"lrmgym-sbx{slot}-")
             if _is_root():
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
-        try:
-            data = self._frames(job, limits)
-        except ValueError as exc:
-            return ExecResult("infra", 0, job.n_tests, error=f"unencodable job: {exc}", backend=self.backend)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -573,24 +625,76 @@ class SandboxPool:
                 close_fds=True,
                 **kwargs,
             )
-        except OSError as exc:
+        except OSError:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
-            return ExecResult("infra", 0, job.n_tests, error=f"cannot start sandbox: {exc}", backend=self.backend)
+            raise
         with self._procs_lock:
             self._procs.add(proc.pid)
+        return _Box(proc, argv, uid, workdir)
+
+    def _hand_over(self, box: _Box, slot: int, data: bytes, limits: Limits) -> tuple[bytes, bytes, bool]:
+        """Send the job to a started sandbox, start the slot's next spare meanwhile, collect, tear down."""
+        deadline = time.monotonic() + limits.timeout_s + _GRACE_S
         try:
-            out, err, hard_timeout = _communicate(
-                proc, data, limits.timeout_s + _GRACE_S, limits.output_bytes + (4 << 20)
-            )
+            assert box.proc.stdin is not None
+            stdin_fd = box.proc.stdin.fileno()
+            os.set_blocking(stdin_fd, False)
+            try:
+                sent = os.write(stdin_fd, data[: 1 << 16])
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # the sandbox is gone; _communicate sees EOF
+                sent = len(data)
+            if self.prestart:
+                self._start_spare(slot, box.argv)  # boots on the other core while this job runs
+            return _communicate(box.proc, data[sent:], deadline, limits.output_bytes + (4 << 20))
         finally:
-            self._kill_tree(proc.pid, uid)
-            proc.wait()
-            with self._procs_lock:
-                self._procs.discard(proc.pid)
-            if workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
-        return self._parse(job, out, err, hard_timeout, time.monotonic() - start)
+            self._discard(box)
+
+    def _take_spare(self, slot: int, argv: list[str]) -> _Box | None:
+        """The slot's pre-started sandbox if it is alive and was started for this argv; else ``None``."""
+        with self._procs_lock:
+            box = self._spares.pop(slot, None)
+        if box is None:
+            return None
+        if box.argv == argv and box.proc.poll() is None:
+            return box
+        self._discard(box)
+        return None
+
+    def _start_spare(self, slot: int, argv: list[str]) -> None:
+        try:
+            box = self._start(slot, argv)
+        except OSError as exc:
+            logger.debug("Code sandbox: cannot pre-start a sandbox: %s", exc)
+            return
+        with self._procs_lock:
+            if not self._closed:
+                box, self._spares[slot] = self._spares.get(slot), box  # a retried job has started one already
+        if box is not None:
+            self._discard(box)
+
+    def _discard(self, box: _Box) -> None:
+        """Kill a sandbox's whole tree, reap it, close its pipes, remove its host work dir."""
+        self._kill_tree(box.proc.pid, box.uid)
+        box.proc.wait()
+        for stream in (box.proc.stdin, box.proc.stdout, box.proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        with self._procs_lock:
+            self._procs.discard(box.proc.pid)
+        if box.workdir:
+            shutil.rmtree(box.workdir, ignore_errors=True)
+
+    def spare_pids(self) -> list[int]:
+        """Host pids of the idle pre-started sandboxes (each a whole tree, waiting for its one job)."""
+        with self._procs_lock:
+            roots = {box.proc.pid for box in self._spares.values()}
+        return _descendants(roots)
 
     def _kill_tree(self, pid: int, uid: int | None) -> None:
         try:
@@ -629,8 +733,11 @@ class SandboxPool:
         self._closed = True
         with self._procs_lock:
             running = list(self._procs)
+            spares, self._spares = list(self._spares.values()), {}
         for pid in running:
             self._kill_tree(pid, None)
+        for box in spares:
+            self._discard(box)
         if self.backend == "process" and _is_root():
             for uid in self.slot_uids():
                 _kill_uid(uid)
@@ -647,10 +754,12 @@ class SandboxPool:
         self.close()
 
 
-def _communicate(proc: subprocess.Popen, data: bytes, deadline_s: float, cap: int) -> tuple[bytes, bytes, bool]:
-    """Feed ``data`` to stdin and read stdout/stderr (each capped) until EOF or the deadline.
+def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
+    """Feed ``data`` to stdin and read stdout/stderr (each capped) until EOF, the complete report, or ``deadline``.
 
-    Returns ``(stdout, stderr, hit_deadline)``; on the deadline the whole session is SIGKILLed.
+    Returns ``(stdout, stderr, hit_deadline)``; on the deadline the whole session is SIGKILLed. Stopping at
+    the complete report (the harness writes nothing after it) spares waiting for the interpreter's exit and
+    the teardown of the namespaces: the caller kills the sandbox anyway.
     """
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
@@ -658,10 +767,12 @@ def _communicate(proc: subprocess.Popen, data: bytes, deadline_s: float, cap: in
     limits = {out_fd: cap, err_fd: _STDERR_CAP}
     stdin_fd, view = proc.stdin.fileno(), memoryview(data)
     os.set_blocking(stdin_fd, False)
-    deadline = time.monotonic() + deadline_s
     hit_deadline = False
     with selectors.DefaultSelector() as sel:
-        sel.register(stdin_fd, selectors.EVENT_WRITE)
+        if view:
+            sel.register(stdin_fd, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
         for fd in bufs:
             sel.register(fd, selectors.EVENT_READ)
         while len(sel.get_map()) > (1 if stdin_fd in sel.get_map() else 0):
@@ -691,12 +802,39 @@ def _communicate(proc: subprocess.Popen, data: bytes, deadline_s: float, cap: in
                     sel.unregister(fd)
                 elif len(bufs[fd]) < limits[fd]:
                     bufs[fd] += chunk[: limits[fd] - len(bufs[fd])]
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
-        try:
-            stream.close()
-        except OSError:
-            pass
+                    if fd == out_fd and _report_complete(bufs[fd]):
+                        return bytes(bufs[out_fd]), bytes(bufs[err_fd]), False
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), hit_deadline
+
+
+def _report_complete(out: bytearray) -> bool:
+    """Whether the harness's stdout holds the whole result record (marker, length, payload)."""
+    at = out.find(_RESULT)
+    if at < 0 or len(out) < at + len(_RESULT) + 8:
+        return False
+    body = at + len(_RESULT)
+    return len(out) >= body + 8 + int.from_bytes(out[body : body + 8], "big")
+
+
+def _descendants(roots: set[int]) -> list[int]:
+    """``roots`` and every live descendant of them, read from ``/proc`` (parent pid of each process)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat_line = f.read()
+        except OSError:
+            continue
+        ppid = int(stat_line[stat_line.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return sorted(out)
 
 
 def _decode_report(data: bytes) -> dict[str, Any] | None:

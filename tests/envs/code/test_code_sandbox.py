@@ -181,3 +181,112 @@ def test_auto_skips_a_bwrap_that_cannot_start(monkeypatch, caplog):
     )
     with pytest.raises(SandboxError, match=f"^{re.escape(msg)}$"):
         SandboxPool("bwrap", workers=1)
+
+
+# ------------------------------------------------------------------ pre-started sandboxes (one spare per slot)
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:
+        return False
+    return stat_line[stat_line.rindex(b")") + 2 :][:1] != b"Z"
+
+
+def _gone(pid: int, wait_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _spare_root(pool: SandboxPool) -> int:
+    """The session leader of the pool's one idle spare (workers=1)."""
+    roots = [box.proc.pid for box in pool._spares.values()]
+    assert len(roots) == 1, roots
+    return roots[0]
+
+
+@pytest.fixture
+def spare_pool(sandbox_available):
+    with SandboxPool("auto", workers=1, limits=Limits(timeout_s=5)) as pool:
+        assert pool.prestart
+        pool.run(one_test("def probe():\n    return 'ok'\n"))  # leaves the slot's first spare
+        yield pool
+
+
+MARK = """
+import builtins, os
+def probe():
+    first = not os.path.exists('mark') and not hasattr(builtins, 'MARK')
+    open('mark', 'w').write('x')
+    builtins.MARK = 1
+    return 'ok' if first else 'saw the previous job'
+"""
+
+
+def test_each_spare_runs_one_job_and_consecutive_jobs_share_no_process(spare_pool):
+    seen = []
+    for _ in range(3):
+        root = _spare_root(spare_pool)
+        tree = spare_pool.spare_pids()
+        assert root in tree and len(tree) >= 2  # the spare is a whole sandbox, already started
+        assert spare_pool.run(one_test(MARK)).results[0] == (True, "")  # fresh files, fresh interpreter
+        assert all(_gone(pid) for pid in tree)  # the spare ran this job and was killed with it
+        assert _spare_root(spare_pool) != root  # the next job gets another sandbox
+        seen.append(root)
+    assert len(set(seen)) == 3
+    assert leftovers(spare_pool) == []
+
+
+def test_a_job_with_other_limits_gets_a_sandbox_started_for_them(spare_pool):
+    size = "import os\ndef probe():\n    s = os.statvfs('/tmp')\n"
+    size += "    return 'ok' if s.f_blocks * s.f_frsize <= 8 << 20 else 'big'\n"
+    root = _spare_root(spare_pool)
+    small = Limits(timeout_s=5, tmpfs_mb=8)
+    result = spare_pool.run(one_test(size), small)
+    assert _gone(root)
+    if spare_pool.backend == "bwrap":  # only bwrap sizes the tmpfs from the limits (part of its argv)
+        assert result.results[0] == (True, "")
+    assert spare_pool.run(one_test("def probe():\n    return 'ok'\n")).passed == 1  # and back
+
+
+def test_the_deadline_counts_from_the_hand_over_not_from_the_spare_start(spare_pool):
+    time.sleep(1.2)  # the spare has waited longer than this job's whole timeout
+    result = spare_pool.run(one_test("def probe():\n    return 'ok'\n"), Limits(timeout_s=1.0))
+    assert (result.status, result.passed) == ("ok", 1)
+    slow = spare_pool.run(one_test("import time\ndef probe():\n    time.sleep(30)\n"), Limits(timeout_s=1.0))
+    assert slow.status == "timeout" and slow.wall_s <= 2.0
+
+
+@pytest.mark.parametrize("victim", ["session leader", "harness"])
+def test_a_spare_killed_from_outside_is_replaced_transparently(spare_pool, victim):
+    tree = spare_pool.spare_pids()
+    if victim == "session leader":
+        pid = _spare_root(spare_pool)
+    else:  # the interpreter inside; the sandbox may still look alive when the job arrives
+        pid = next(p for p in tree if open(f"/proc/{p}/cmdline", "rb").read().startswith(spare_pool.python.encode()))
+    os.kill(pid, 9)
+    assert _gone(pid)  # a spare that has died; the rest of its sandbox may still be winding down
+    result = spare_pool.run(one_test("def probe():\n    return 'ok'\n"))
+    assert (result.status, result.passed) == ("ok", 1)
+    assert all(_gone(p) for p in tree) and leftovers(spare_pool) == []
+
+
+def test_close_kills_the_idle_spares(sandbox_available):
+    pool = SandboxPool("auto", workers=2, limits=Limits(timeout_s=5))
+    pool.run_many([one_test("def probe():\n    return 'ok'\n")] * 4)
+    tree = pool.spare_pids()
+    assert len(pool._spares) == 2 and tree
+    pool.close()
+    assert all(_gone(p) for p in tree)
+    assert pool.spare_pids() == [] and leftovers(pool, wait_s=0) == []
+
+
+def test_prestart_off_starts_each_sandbox_on_demand(sandbox_available):
+    with SandboxPool("auto", workers=1, prestart=False) as pool:
+        assert pool.run(one_test("def probe():\n    return 'ok'\n")).passed == 1
+        assert not pool.prestart and pool.spare_pids() == [] and pool.describe()["prestart"] is False
