@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.fastdecode import LlamaDecoder
 
 __all__ = ["SampledSequence", "filter_logits", "sample_batch", "sequence_logprobs"]
 
@@ -78,6 +79,52 @@ def _output_cache(out: object) -> object:
     return cache if cache is not None else getattr(out, "past_key_values", None)
 
 
+class _Forward:
+    """Next-token logits for a shrinking batch.
+
+    Through the lean :class:`~lrmgym.policies.fastdecode.LlamaDecoder` when the model qualifies, else through
+    ``model.forward`` with a transformers KV cache.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
+        new: int,
+    ) -> None:  # fmt: skip
+        self.model, self.input_ids, self.attention, self.positions = model, input_ids, attention, positions
+        self.new = new
+        self.fast = LlamaDecoder.build(model)
+        self.cache: object = None
+        self.cache_arg, self.extra = ("", {}) if self.fast is not None else _forward_kwargs(model)
+
+    def first(self) -> torch.Tensor:
+        """Logits ``[B, V]`` after the prompts."""
+        if self.fast is not None:
+            return self.fast.prefill(self.input_ids, self.attention, self.positions, self.new)
+        return self._model(self.input_ids, self.positions)
+
+    def next(self, token: torch.Tensor) -> torch.Tensor:
+        """Append ``token [b]`` to each row; logits ``[b, V]``."""
+        self.positions = self.positions[:, -1:] + 1
+        if self.fast is not None:
+            return self.fast.step(token, self.positions[:, 0])
+        self.attention = torch.cat([self.attention, torch.ones_like(token[:, None])], dim=-1)
+        return self._model(token[:, None], self.positions)
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep (or repeat) the rows in ``index``."""
+        self.positions, self.attention = self.positions[index], self.attention[index]
+        if self.fast is not None:
+            self.fast.select(index)
+        else:
+            self.cache.batch_select_indices(index)
+
+    def _model(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=self.attention, position_ids=positions, use_cache=True,
+                         **{self.cache_arg: self.cache}, **self.extra)  # fmt: skip
+        self.cache = _output_cache(out)
+        return out.logits[:, -1, :].float()
+
+
 @torch.inference_mode()
 def sample_batch(
     model: torch.nn.Module,
@@ -106,28 +153,31 @@ def sample_batch(
     """
     device = next(model.parameters()).device
     batch = len(prompts)
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
+    # Each distinct prompt is run once and its cache copied to the rows that share it (GRPO samples every
+    # prompt G times, so this divides the prompt pass by G).
+    distinct: dict[tuple[int, ...], int] = {}
+    source = [distinct.setdefault(tuple(ids), len(distinct)) for ids in prompts]  # row -> distinct prompt
+    width = max(len(p) for p in distinct)
+    input_ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(distinct), width), dtype=torch.long)
+    for row, ids in enumerate(distinct):
         input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
         attention[row, width - len(ids) :] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, T]
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [U, T]
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
-    cache_arg, extra = _forward_kwargs(model)
+    forward = _Forward(model, input_ids, attention, positions, sampling.max_new_tokens)
 
     out_ids: list[list[int]] = [[] for _ in range(batch)]
     out_lp: list[list[float]] = [[] for _ in range(batch)]
     reasons = ["length"] * batch
     alive = list(range(batch))  # original row index of each row still in the batch
-    cache = None
-    step_ids, step_pos = input_ids, positions
+    logits = forward.first()  # [U, V]
+    if len(distinct) < batch or source != sorted(source):
+        expand = torch.tensor(source, dtype=torch.long, device=device)
+        forward.select(expand)
+        logits = logits[expand]  # [B, V]
     for _ in range(sampling.max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=attention, position_ids=step_pos, use_cache=True,
-                    **{cache_arg: cache}, **extra)  # fmt: skip
-        cache = _output_cache(out)
-        logits = out.logits[:, -1, :].float()  # [b, V]
         if sampling.temperature == 0:
             token = logits.argmax(-1)  # [b]
             logp = torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
@@ -145,16 +195,14 @@ def sample_batch(
                 reasons[row] = "stop"
             else:
                 keep.append(i)
-        if not keep:
+        if not keep or len(out_ids[alive[keep[0]]]) >= sampling.max_new_tokens:
             break
-        step_ids = token[:, None]
-        step_pos = step_pos[:, -1:] + 1
-        attention = torch.cat([attention, torch.ones_like(step_ids)], dim=-1)
         if len(keep) < len(alive):
             index = torch.tensor(keep, dtype=torch.long, device=device)
-            cache.batch_select_indices(index)
-            step_ids, step_pos, attention = step_ids[index], step_pos[index], attention[index]
+            forward.select(index)
+            token = token[index]
             alive = [alive[i] for i in keep]
+        logits = forward.next(token)
     return [SampledSequence(out_ids[r], out_lp[r], reasons[r]) for r in range(batch)]
 
 

@@ -1,0 +1,139 @@
+"""The lean decoder gives the logits of ``model.forward``, and the sampler takes it only for supported models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from lrmgym.policies import sampling as sampling_mod
+from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.fastdecode import LlamaDecoder
+from lrmgym.policies.sampling import sample_batch
+
+COMMON = {
+    "vocab_size": 50, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "max_position_embeddings": 128,
+}  # fmt: skip
+
+
+def _model(kind: str, **extra) -> torch.nn.Module:
+    config_cls = {
+        "llama": transformers.LlamaConfig,
+        "mistral": transformers.MistralConfig,
+        "qwen2": transformers.Qwen2Config,
+    }[kind]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_cls(**COMMON, **extra))
+    with torch.no_grad():  # random non-zero biases, so that a dropped bias would show
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0, 0.5)
+    return model.eval()
+
+
+MODELS = [
+    ("llama", {}),
+    ("llama", {"num_key_value_heads": 2, "rope_theta": 500.0}),  # grouped-query attention
+    ("llama", {"attention_bias": True, "tie_word_embeddings": True}),
+    ("mistral", {"num_key_value_heads": 1, "sliding_window": None}),
+    ("qwen2", {"num_key_value_heads": 2}),  # q/k/v biases
+]
+
+
+def _left_padded(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad)
+    att = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        att[row, width - len(p) :] = 1
+    return ids, att, (att.cumsum(-1) - 1).clamp(min=0)
+
+
+@pytest.mark.parametrize(("kind", "extra"), MODELS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(MODELS)])
+def test_prefill_and_steps_match_model_forward(kind, extra):
+    model = _model(kind, **extra)
+    assert LlamaDecoder.build(model) is not None
+    prompts = [[3, 4, 5, 6, 7, 8], [9, 10], [11, 12, 13, 14]]
+    ids, att, pos = _left_padded(prompts, pad=0)
+    seqs = [list(p) for p in prompts]
+    gen = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        dec = LlamaDecoder.build(model)
+        fast = dec.prefill(ids, att, pos, new=6)
+        alive = [0, 1, 2]
+        for step in range(5):
+            # Reference: a full, uncached forward of each row's whole sequence (no padding at all).
+            ref = torch.stack([model(input_ids=torch.tensor([seqs[r]])).logits[0, -1] for r in alive])
+            torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-4)
+            token = torch.randint(1, 50, (len(alive),), generator=gen)
+            for i, r in enumerate(alive):
+                seqs[r].append(int(token[i]))
+            if step == 2:  # drop the middle row, as the sampler does when a row finishes
+                keep = torch.tensor([0, 2])
+                dec.select(keep)
+                token = token[keep]
+                alive = [alive[0], alive[2]]
+            positions = torch.tensor([len(seqs[r]) - 1 for r in alive])
+            fast = dec.step(token, positions)
+
+
+def test_sampler_gives_the_same_tokens_with_and_without_the_fast_path(monkeypatch):
+    model = _model("llama", num_key_value_heads=2)
+    prompts = [[3, 4, 5], [6, 7, 8, 9, 10, 11], [12]] * 2
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+
+    def run() -> list:
+        return sample_batch(
+            model, prompts, params, eos_ids=[2], pad_id=0, generator=torch.Generator().manual_seed(7)
+        )  # fmt: skip
+
+    fast = run()
+    monkeypatch.setattr(sampling_mod.LlamaDecoder, "build", classmethod(lambda cls, m: None))
+    slow = run()
+    assert [s.token_ids for s in fast] == [s.token_ids for s in slow]
+    assert [s.finish_reason for s in fast] == [s.finish_reason for s in slow]
+    for a, b in zip(fast, slow, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert all(len(s.token_ids) <= 12 for s in fast)
+
+
+def test_the_decoder_follows_weight_updates():
+    model = _model("llama")
+    ids, att, pos = _left_padded([[3, 4, 5]], pad=0)
+    with torch.inference_mode():
+        before = LlamaDecoder.build(model).prefill(ids, att, pos, new=1)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.k_proj.weight.mul_(3.0)
+        model.model.layers[1].mlp.up_proj.weight.add_(0.1)
+    with torch.inference_mode():
+        after = LlamaDecoder.build(model).prefill(ids, att, pos, new=1)
+        ref = model(input_ids=ids).logits[:, -1]
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_models_use_model_forward():
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=40))
+    assert LlamaDecoder.build(gpt2) is None
+    qwen3 = transformers.AutoModelForCausalLM.from_config(transformers.Qwen3Config(**COMMON, head_dim=16))
+    assert LlamaDecoder.build(qwen3) is None  # q/k norms: not the supported layer
+    gelu = _model("llama", hidden_act="gelu")
+    assert LlamaDecoder.build(gelu) is None
+    sliding = _model("mistral", sliding_window=16)
+    assert LlamaDecoder.build(sliding) is None
+    hooked = _model("llama")
+    hooked.lm_head.register_forward_hook(lambda mod, inp, out: out + 1.0)
+    assert LlamaDecoder.build(hooked) is None  # hooks must see every forward
+
+
+def test_lora_wrapped_model_uses_model_forward():
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(
+        _model("llama"), peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    )
+    assert LlamaDecoder.build(model) is None
+    assert LlamaDecoder.build(model.get_base_model()) is None  # its q_proj/v_proj are LoRA layers now
+    out = sample_batch(model, [[3, 4]], SamplingParams(temperature=0.0, max_new_tokens=4), eos_ids=[2], pad_id=0)
+    assert len(out[0].token_ids) >= 1
