@@ -94,6 +94,10 @@ class GRPOConfig(BaseModel):
     """Optimizer steps per epoch: the step's trajectories are split into this many shuffled minibatches."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Trajectories per forward/backward pass (gradient accumulation within a minibatch); None = whole minibatch."""
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    """Padded tokens per forward/backward pass: trajectories are sorted by length and packed greedily up to this
+    many (rows x longest row), so short ones are not padded to the longest of the step. Bounds memory on a GPU;
+    saves compute on a CPU. Ignored when micro_batch_size is set; None = whole minibatch."""
     adv_estimator: AdvEstimator = "grpo"
     """Group advantages: grpo ((r-mean)/std), dr_grpo (r-mean) or rloo (leave-one-out baseline)."""
     pg_loss: PGLoss = "ppo_clip"
@@ -110,6 +114,8 @@ class GRPOConfig(BaseModel):
     """KL estimator: k1, k2 or k3 (GRPO's)."""
     track_kl: bool = True
     """Log the KL to the initial policy even when kl_coef is 0 (costs one no-grad forward of a frozen copy)."""
+    track_kl_every: int = Field(1, ge=1)
+    """With kl_coef 0, measure that KL only on every this many steps (the others log kl_ref null)."""
     drop_zero_advantage: bool = True
     """Skip trajectories with advantage 0 in the update (they carry no policy gradient); kept when kl_coef > 0."""
     behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
@@ -372,17 +378,27 @@ class GRPOTrainer:
     def _no_grad_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every row, in micro-batches, without gradient: ``[N, T-1]`` on the model's device."""
         out = torch.zeros(batch.loss_mask.shape, device=self.device)
-        for chunk in self._chunks(list(range(len(batch))), self.cfg.micro_batch_size):
+        for chunk in self._micro_batches(batch, list(range(len(batch)))):
             sub = batch.select(chunk)
             lp, _ = self._forward_logprobs(model, sub)
             out[chunk, : lp.shape[1]] = lp
         return out
 
-    @staticmethod
-    def _chunks(rows: list[int], size: int | None) -> list[list[int]]:
-        if not size:
+    def _micro_batches(self, batch: TokenBatch, rows: list[int]) -> list[list[int]]:
+        """Split ``rows`` of ``batch`` into forward/backward passes (see micro_batch_size, micro_batch_tokens)."""
+        size, budget = self.cfg.micro_batch_size, self.cfg.micro_batch_tokens
+        if size:
+            return [rows[i : i + size] for i in range(0, len(rows), size)]
+        if not budget:
             return [rows]
-        return [rows[i : i + size] for i in range(0, len(rows), size)]
+        lengths = batch.attention_mask.sum(-1).tolist()
+        chunks: list[list[int]] = []
+        for row in sorted(rows, key=lambda r: -lengths[r]):  # longest first: a chunk's first row sets its width
+            if chunks and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= budget:
+                chunks[-1].append(row)
+            else:
+                chunks.append([row])
+        return chunks
 
     def _update(self, seqs: Sequence[Any], advantages: Sequence[float]) -> dict[str, float | None]:
         """Epochs x minibatches of policy-gradient steps on the kept trajectories; returns update statistics."""
@@ -402,7 +418,8 @@ class GRPOTrainer:
             old_all = batch.sampler_logprobs.to(self.device)
         elif not reuse_old:
             old_all = self._no_grad_logprobs(self.model, batch)
-        ref_all = self._no_grad_logprobs(self.ref_model, batch) if self.ref_model is not None else None
+        measure_kl = cfg.kl_coef > 0 or (cfg.track_kl and self.step % cfg.track_kl_every == 0)
+        ref_all = self._no_grad_logprobs(self.ref_model, batch) if measure_kl and self.ref_model is not None else None
         norm_len = cfg.max_new_tokens * self.turns
         self.model.train()
         sums = {"loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_max": 0.0, "grad_norm": 0.0}
@@ -416,7 +433,7 @@ class GRPOTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_tokens = float(loss_mask[mb].sum())
                 mb_seqs = float((loss_mask[mb].sum(-1) > 0).sum())
-                for micro in self._chunks(mb, cfg.micro_batch_size):
+                for micro in self._micro_batches(batch, mb):
                     sub = batch.select(micro)
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]

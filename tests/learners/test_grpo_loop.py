@@ -9,6 +9,7 @@ import pytest
 from learner_helpers import register_test_env, run_config
 
 from lrmgym.learners.grpo import GRPOConfig
+from lrmgym.learners.rollout import collate
 
 register_test_env()
 
@@ -89,12 +90,19 @@ def _rollout_tokens(trainer):
 
 
 @pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
-def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg):
+@pytest.mark.parametrize("split", [{"micro_batch_size": 5}, {"micro_batch_tokens": 40}])
+def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg, split):
     import torch
 
     whole = _trainer(tmp_path / "a", loss_agg=agg, max_grad_norm=None)
-    micro = _trainer(tmp_path / "b", loss_agg=agg, max_grad_norm=None, micro_batch_size=5)
+    micro = _trainer(tmp_path / "b", loss_agg=agg, max_grad_norm=None, **split)
     seqs, adv = _rollout_tokens(whole)
+    batch = collate(seqs, adv, micro.pad_id)
+    chunks = micro._micro_batches(batch, list(range(len(batch))))
+    assert len(chunks) > 1 and sorted(r for c in chunks for r in c) == list(range(len(batch)))
+    if "micro_batch_tokens" in split:  # each pass holds at most 40 padded tokens (or a single longer row)
+        width = batch.attention_mask.sum(-1)
+        assert all(len(c) == 1 or len(c) * int(width[c].max()) <= 40 for c in chunks)
     assert any(a != 0 for a in adv)
     whole._update(seqs, adv)
     micro._update(seqs, adv)
@@ -167,3 +175,9 @@ def test_warmup_counts_training_steps(tmp_path):
     cfg.learner.run(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["lr"] for m in lines] == pytest.approx([5e-4, 1e-3, 1e-3])
+
+
+def test_kl_is_measured_on_every_nth_step(tmp_path):
+    trainer = _trainer(tmp_path, track_kl_every=2, drop_zero_advantage=False)
+    kls = [trainer.train_step()["kl_ref"] for _ in range(3)]
+    assert kls[0] is not None and kls[2] is not None and kls[1] is None
