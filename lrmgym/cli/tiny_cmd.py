@@ -67,6 +67,10 @@ def build(seed: int, steps: int | None, threads: int | None, force: bool, quiet:
 
     cfg = _config(seed, steps, threads)
     cached = (cfg.cache_dir() / "build.json").is_file() and not force
+    shipped = cfg.shipped_dir()
+    if shipped is not None and not cached and not force:
+        click.echo("shipped with lrmgym (--force rebuilds it into the cache); " + _summary(shipped))
+        return
     folder = build_tiny(cfg, force=force, progress=not quiet)
     click.echo(("already built; " if cached else "") + _summary(folder))
 
@@ -77,8 +81,8 @@ def build(seed: int, steps: int | None, threads: int | None, force: bool, quiet:
 def info(seed: int, steps: int | None) -> None:
     """Show where the tiny model for a seed lives and what its build measured."""
     cfg = _config(seed, steps, None)
-    folder = cfg.cache_dir()
+    folder = cfg.model_dir()
     if not (folder / "build.json").is_file():
         click.echo(f"not built yet (would be {folder}); run `lrmgym tiny build`")
         return
-    click.echo(_summary(folder))
+    click.echo(("shipped with lrmgym; " if folder == cfg.shipped_dir() else "") + _summary(folder))

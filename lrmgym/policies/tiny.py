@@ -13,6 +13,12 @@ version). The folder is a normal Hugging Face checkpoint (``config.json``, ``mod
 ``tokenizer.json``), loadable by ``AutoModelForCausalLM`` / ``AutoTokenizer`` and by vLLM, plus
 ``build.json`` with the build's measured facts. The same config and seed give the same weights on the same
 torch version and thread count.
+
+The default config's model also ships inside the package (``lrmgym/policies/tiny_default/``, 3.2 MB, the
+output of ``lrmgym tiny build`` with the defaults, 1 thread, torch 2.13.0), so that a fresh install trains at
+once instead of spending ~5 minutes building it. A cache entry, when present, takes precedence;
+``lrmgym tiny build --force`` rebuilds it into the cache, and the slow test
+``test_default_build_reproduces_the_shipped_weights`` checks that a rebuild gives the shipped bytes.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """Bumped whenever the tokenizer, the model builder or the training recipe changes meaning (new cache key)."""
+
+SHIPPED_DIR = Path(__file__).with_name("tiny_default")
+"""The default config's model, shipped with the package (read-only; used when the cache has no entry)."""
 
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>")
 """Special tokens (ids 0, 1, 2): padding, end of sequence, unknown character."""
@@ -272,9 +281,30 @@ class TinyPolicyConfig(BaseModel):
         """The folder this config's model lives in: ``path``, or the cache folder for :meth:`key`."""
         return Path(self.path).expanduser() if self.path else tiny_cache_root() / self.key()
 
+    def shipped_dir(self) -> Path | None:
+        """The model shipped with the package, if it is this config's (same cache key), else ``None``."""
+        if self.path:
+            return None
+        try:
+            facts = json.loads((SHIPPED_DIR / "build.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return SHIPPED_DIR if facts.get("key") == self.key() else None
+
+    def model_dir(self) -> Path:
+        """Where :meth:`build` loads from.
+
+        ``path`` if set, else the cache entry if built, else the shipped model if it is this config's, else the
+        (not yet built) cache entry.
+        """
+        folder = self.cache_dir()
+        if self.path or (folder / "build.json").is_file():
+            return folder
+        return self.shipped_dir() or folder
+
     def build(self) -> Any:
         """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy` (building and caching it if needed)."""
-        folder = self.cache_dir()
+        folder = self.model_dir()
         if not (folder / "build.json").is_file() and not (self.path and (folder / "config.json").is_file()):
             if self.path:
                 raise FileNotFoundError(f"policy.path={self.path!r} holds no tiny model (no config.json).")

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.hf import HFPolicy
 from lrmgym.policies.tiny import (
+    SHIPPED_DIR,
     TAG_TOKENS,
     TinyArch,
     TinyPolicyConfig,
@@ -85,7 +86,7 @@ def test_build_is_cached_reproducible_and_loads(monkeypatch, tmp_path):
     assert not torch.equal(other["model.embed_tokens.weight"], first["model.embed_tokens.weight"])
     policy = cfg.build()
     assert isinstance(policy, HFPolicy)
-    (c,), = policy.generate(["Q:Compute 3+1. A:"], sampling=SamplingParams(max_new_tokens=5, seed=0))
+    ((c,),) = policy.generate(["Q:Compute 3+1. A:"], sampling=SamplingParams(max_new_tokens=5, seed=0))
     assert len(c.token_ids) <= 5 and c.logprobs is not None
     assert sorted(p.name for p in folder.iterdir()) == [
         "build.json", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
@@ -95,7 +96,7 @@ def test_build_is_cached_reproducible_and_loads(monkeypatch, tmp_path):
 
 def test_missing_model_without_building_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    cfg = TinyPolicyConfig(build_if_missing=False)
+    cfg = TinyPolicyConfig(seed=1, build_if_missing=False)  # seed 0's model ships with lrmgym
     msg = (f"The tiny model for this config is not built yet (expected in {cfg.cache_dir()}). "
            "Run `lrmgym tiny build` or set policy.build_if_missing=true.")  # fmt: skip
     with pytest.raises(FileNotFoundError, match=f"^{re.escape(msg)}$"):
@@ -114,8 +115,13 @@ def test_cli_info_and_bad_option(monkeypatch, tmp_path):
     from lrmgym.cli.tiny_cmd import command
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    result = CliRunner().invoke(command, ["info"])
+    result = CliRunner().invoke(command, ["info", "--seed", "1"])
     assert result.exit_code == 0 and result.output.startswith("not built yet (would be ")
+    for sub in ("info", "build"):  # the default model is shipped: nothing to build
+        result = CliRunner().invoke(command, [sub])
+        assert result.exit_code == 0 and "shipped with lrmgym" in result.output
+        assert str(SHIPPED_DIR) in result.output and "parameters: 792,576" in result.output
+    assert not (tmp_path / "lrmgym").exists()
     result = CliRunner().invoke(command, ["build", "--steps", "0"])
     assert result.exit_code == 2 and "0 is not in the range x>=1" in result.output
 
@@ -134,3 +140,39 @@ def test_default_build_is_at_the_edge_of_competence(monkeypatch, tmp_path):
     env = lrmgym.make("Math-v0", difficulty=1, style="compact", template="r1")
     report = evaluate(env, policy, EvalConfig(n=4, k=[1, 4], tasks=200, max_new_tokens=64), progress=False)
     assert 0.2 <= report["avg@n"]["value"] <= 0.6
+
+
+def test_the_default_model_ships_with_the_package(monkeypatch, tmp_path):
+    from lrmgym.policies import tiny
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    facts = json.loads((SHIPPED_DIR / "build.json").read_text())
+    cfg = TinyPolicyConfig()
+    assert facts["key"] == cfg.key(), "the default recipe changed: rebuild and re-ship lrmgym/policies/tiny_default"
+    assert cfg.model_dir() == cfg.shipped_dir() == SHIPPED_DIR
+    assert TinyPolicyConfig(seed=1).shipped_dir() is None and TinyPolicyConfig(path=str(tmp_path)).shipped_dir() is None
+
+    def no_build(*a, **k):
+        raise AssertionError("the shipped model must load without a build")
+
+    monkeypatch.setattr(tiny, "build_tiny", no_build)
+    policy = cfg.build()
+    assert sum(p.numel() for p in policy.model.parameters()) == facts["params"]
+    ((c,),) = policy.generate(["Q:Compute 3+1. A:"], sampling=SamplingParams(temperature=0.0, max_new_tokens=40))
+    assert c.text.startswith("<think>") and c.text.endswith("</answer>")
+    # A cache entry of the same key takes precedence over the shipped copy.
+    entry = cfg.cache_dir()
+    entry.mkdir(parents=True)
+    (entry / "build.json").write_text("{}")
+    assert cfg.model_dir() == entry
+
+
+@pytest.mark.slow
+def test_default_build_reproduces_the_shipped_weights(monkeypatch, tmp_path):
+    """Rebuild the default model from scratch (about 5 minutes, 1 thread) and compare it with the shipped bytes."""
+    import hashlib
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = build_tiny(TinyPolicyConfig(threads=1), progress=False)
+    digest = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in (folder, SHIPPED_DIR)]
+    assert digest[0] == digest[1]

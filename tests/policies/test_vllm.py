@@ -45,8 +45,8 @@ def _tiny_folder(tmp_path: Path) -> Path:
     from lrmgym.policies.tiny import TinyPolicyConfig, build_tiny
 
     default = TinyPolicyConfig()
-    if (default.cache_dir() / "build.json").is_file():
-        return default.cache_dir()
+    if (default.model_dir() / "build.json").is_file():  # the cache entry, or the model shipped with lrmgym
+        return default.model_dir()
     small = TinyPolicyConfig(train={"steps": 30}, path=None)
     os.environ.setdefault("XDG_CACHE_HOME", str(tmp_path))
     return build_tiny(small, progress=False)
