@@ -91,7 +91,8 @@ class LlamaDecoder:
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.layers = [_Layer(layer, config) for layer in inner.layers]
-        self.kv: list[torch.Tensor] = []  # per layer [b, 2K, L, D]: keys, then values
+        self.keys: list[torch.Tensor] = []  # per layer [b, K, L, D]
+        self.values: list[torch.Tensor] = []
         self.valid = torch.empty(0, 0, dtype=torch.bool)  # [b, L]: buffer slots a query may attend to
         self.length = 0
 
@@ -134,8 +135,12 @@ class LlamaDecoder:
         layer, (b, t, _), d, heads, kv = self.layers[i], x.shape, self.head_dim, self.heads, self.kv_heads
         qkv = F.linear(_rms(layer.norm1, x), layer.qkv_w, layer.qkv_b).view(b, t, heads + 2 * kv, d).transpose(1, 2)
         qkv[:, : heads + kv] = _rotate(qkv[:, : heads + kv], cos, sin)  # RoPE on q and k at once
-        self.kv[i][:, :, start : start + t] = qkv[:, heads:]  # [b, 2K, t, D]: keys then values
-        q, keys, values = qkv[:, :heads], self.kv[i][:, :kv, : start + t], self.kv[i][:, kv:, : start + t]
+        # Keys and values in separate buffers: a slice [:, :, :end] of a [b, K, L, D] buffer still merges its
+        # (b, K) dims into one batch dim, so the products below read it in place (a joint [b, 2K, L, D] buffer
+        # made matmul copy the whole cache at every step: 60 % of a decode step).
+        self.keys[i][:, :, start : start + t] = qkv[:, heads : heads + kv]
+        self.values[i][:, :, start : start + t] = qkv[:, heads + kv :]
+        q, keys, values = qkv[:, :heads], self.keys[i][:, :, : start + t], self.values[i][:, :, : start + t]
         if t == 1:  # one query per row: plain matrix products beat SDPA's CPU kernel here (0.5 vs 0.75 ms)
             groups = q.reshape(b, kv, heads // kv, d)  # query heads sharing a KV head
             scores = (groups @ keys.transpose(-1, -2)).masked_fill_(masked, float("-inf"))  # [b, K, H/K, end]
@@ -158,7 +163,8 @@ class LlamaDecoder:
         b, t = input_ids.shape
         x = F.embedding(input_ids, self.embed)
         # Slots are written before they are read, so the buffers need no initialisation.
-        self.kv = [x.new_empty(b, 2 * self.kv_heads, t + new, self.head_dim) for _ in self.layers]
+        self.keys = [x.new_empty(b, self.kv_heads, t + new, self.head_dim) for _ in self.layers]
+        self.values = [x.new_empty(b, self.kv_heads, t + new, self.head_dim) for _ in self.layers]
         self.valid = torch.zeros(b, t + new, dtype=torch.bool, device=x.device)
         self.valid[:, :t] = attention.bool()
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
@@ -185,5 +191,6 @@ class LlamaDecoder:
 
     def select(self, index: torch.Tensor) -> None:
         """Keep the rows in ``index`` (1-D long tensor), in that order; a repeated index copies its row."""
-        self.kv = [buffer.index_select(0, index) for buffer in self.kv]
+        self.keys = [buffer.index_select(0, index) for buffer in self.keys]
+        self.values = [buffer.index_select(0, index) for buffer in self.values]
         self.valid = self.valid.index_select(0, index)
