@@ -120,6 +120,10 @@ class GRPOConfig(BaseModel):
     """Skip trajectories with advantage 0 in the update (they carry no policy gradient); kept when kl_coef > 0."""
     behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
     """Log-probs of the behaviour policy in the ratio: recomputed by the trainer, or the sampler's own."""
+    async_rollouts: bool = False
+    """Sample and grade the next step's rollouts in a second process while this step trains (one step of policy
+    lag; the ratio then uses the sampler's log-probs). Pays off with a spare CPU core; the env must be makeable
+    by id in a fresh interpreter. See lrmgym/learners/async_rollout.py."""
     time_budget_s: float | None = Field(None, gt=0.0)
     """Stop after this many seconds of training (summed over resumes), even before `steps`; None: no limit.
     Keeps a run's wall time bounded on a busy machine, at the price of a load-dependent step count."""
@@ -264,6 +268,11 @@ class GRPOTrainer:
             pad if pad is not None else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         )
         self.turns = int(self.cfg.max_turns or env_attr(self.env, "max_turns", 1) or 1)
+        self.worker = None
+        if self.cfg.async_rollouts:
+            from lrmgym.learners.async_rollout import RolloutWorker
+
+            self.worker = RolloutWorker(self.config, threads=self.cfg.torch_threads)
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -300,6 +309,13 @@ class GRPOTrainer:
     def train(self, resume: bool = False) -> dict:
         """Run (or continue) training; returns the summary."""
         self._setup()
+        try:
+            return self._train(resume)
+        finally:
+            if self.worker is not None:
+                self.worker.close()
+
+    def _train(self, resume: bool) -> dict:
         if resume:
             self._resume()
         elif self.metrics_log.path.exists() or self.checkpoints.steps():
@@ -351,9 +367,18 @@ class GRPOTrainer:
         start = time.perf_counter()
         self.model.eval()
         b, g = self.cfg.prompts_per_step, self.cfg.group_size
-        tasks = [self.env.task_at(self.data_pos + i, seed=self.train_seed) for i in range(b)]
-        sampling = self.cfg.sampling(derived_seed(self.seed, _SAMPLING, self.step))
-        ro = rollout(self.env, self.policy, tasks, g, sampling, max_turns=self.turns)
+        wait_s = None
+        if self.worker is None:
+            ro = rollout(self.env, self.policy, self._tasks(self.data_pos), g, self._sampling(self.step), self.turns)
+        else:
+            wait_start = time.perf_counter()
+            if not self.worker.pending:  # the first step of this process: nothing was started ahead
+                self.worker.submit(self.model, self._tasks(self.data_pos), g, self._sampling(self.step), self.turns)
+            ro = self.worker.result()
+            wait_s = time.perf_counter() - wait_start
+            if self.step + 1 < self.cfg.steps:  # the next step's rollout, with the weights before this update
+                nxt = self._tasks(self.data_pos + b)
+                self.worker.submit(self.model, nxt, g, self._sampling(self.step + 1), self.turns)
         trajs = [t for group in ro.groups for t in group]  # [B * G], task-major
         rewards, valid = scores_to_tensors([[t.reward for t in group] for group in ro.groups])
         adv = group_advantages(rewards, valid, self.cfg.adv_estimator)
@@ -374,10 +399,19 @@ class GRPOTrainer:
             "time/step_s": time.perf_counter() - start, "time/generate_s": ro.generate_s,
             "time/score_s": ro.score_s, "time/train_s": train_s,
         })  # fmt: skip
+        if wait_s is not None:  # with async rollouts: how long this step waited for the worker
+            metrics["time/wait_s"] = wait_s
         self.elapsed_s += metrics["time/step_s"]
         self.metrics_log.append(metrics)
         self._log_samples(ro, adv.advantages)
         return metrics
+
+    def _tasks(self, position: int) -> list[Any]:
+        """The step's B tasks, from ``position`` in the training stream."""
+        return [self.env.task_at(position + i, seed=self.train_seed) for i in range(self.cfg.prompts_per_step)]
+
+    def _sampling(self, step: int) -> SamplingParams:
+        return self.cfg.sampling(derived_seed(self.seed, _SAMPLING, step))
 
     # ------------------------------------------------------------------------------------------ the update
     def _forward_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -425,8 +459,9 @@ class GRPOTrainer:
         loss_mask = batch.loss_mask.to(self.device)
         # Reusing the first forward's detached log-probs as pi_old is exact only while the weights have not
         # moved, i.e. with one epoch of one minibatch; otherwise pi_old is recomputed up front.
-        reuse_old = cfg.behavior_logprobs == "recompute" and cfg.epochs == 1 and cfg.minibatches == 1
-        if cfg.behavior_logprobs == "sampler":
+        behavior = "sampler" if cfg.async_rollouts else cfg.behavior_logprobs  # async: pi_old is the sampler's
+        reuse_old = behavior == "recompute" and cfg.epochs == 1 and cfg.minibatches == 1
+        if behavior == "sampler":
             old_all = batch.sampler_logprobs.to(self.device)
         elif not reuse_old:
             old_all = self._no_grad_logprobs(self.model, batch)

@@ -1,0 +1,95 @@
+"""Rollouts in a second process: same data as the synchronous loop, one step of lag, no process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+from learner_helpers import register_test_env, run_config
+
+from lrmgym.learners.async_rollout import RolloutWorker, RolloutWorkerError
+from lrmgym.learners.grpo import GRPOConfig, GRPOTrainer
+from lrmgym.policies.base import SamplingParams
+
+register_test_env()
+
+
+def _learner(**kw) -> GRPOConfig:
+    base = dict(
+        steps=3, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False, checkpoint_every=10,
+        progress=False, lr=1e-3, torch_threads=1,
+    )  # fmt: skip
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_async_run_sees_the_same_data_as_the_synchronous_loop(tmp_path):
+    # With a negligible learning rate the weights do not move, so the one-step lag changes nothing: both loops
+    # must sample the same tasks with the same seeds, and the sampler's log-probs (the behaviour policy of the
+    # async ratio) must equal the trainer's own.
+    results = {}
+    for mode in (False, True):
+        cfg = run_config(_learner(async_rollouts=mode, lr=1e-12))
+        trainer = GRPOTrainer(cfg.learner, cfg, tmp_path / str(mode))
+        summary = trainer.train()
+        assert summary["status"] == "finished" and summary["steps"] == 3
+        results[mode] = _lines(tmp_path / str(mode))
+        if mode:
+            assert trainer.worker is not None and not _alive(trainer.worker.pid)
+    for sync, lagged in zip(results[False], results[True], strict=True):
+        assert lagged["reward/mean"] == pytest.approx(sync["reward/mean"], abs=1e-9)
+        assert lagged["length/mean"] == pytest.approx(sync["length/mean"], abs=1e-9)
+        assert lagged["ratio_max"] == pytest.approx(1.0, abs=1e-3)
+        assert "time/wait_s" in lagged and "time/wait_s" not in sync
+
+
+def test_async_run_learns_with_lag_and_resumes(tmp_path):
+    cfg = run_config(_learner(async_rollouts=True, steps=4, checkpoint_every=2))
+    cfg.learner.run(cfg, tmp_path, resume=False)
+    lines = _lines(tmp_path)
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+    assert lines[-1]["ratio_max"] > 1.0  # samples from the policy before the last update: the ratio moved
+    # Resume from step 2's checkpoint: steps 3 and 4 run again, once each.
+    (tmp_path / "checkpoints" / "step_000004.pt").unlink()
+    cfg.learner.model_copy(update={"steps": 4}).run(cfg, tmp_path, resume=True)
+    assert [m["step"] for m in _lines(tmp_path)] == [1, 2, 3, 4]
+
+
+def test_worker_errors_carry_the_workers_traceback(tmp_path):
+    from lrmgym.policies.tiny import TinyPolicyConfig
+
+    cfg = run_config(_learner())
+    cfg.policy = TinyPolicyConfig(path=str(tmp_path / "nowhere"))
+    worker = RolloutWorker(cfg, threads=1)
+    try:
+        with pytest.raises(RolloutWorkerError, match="(?s)failed during start-up.*holds no tiny model"):
+            worker.submit(None, [], 2, SamplingParams(), None)
+        assert not _alive(worker.pid)
+    finally:
+        worker.close()
+
+
+def test_worker_exits_when_the_trainer_goes_away():
+    from lrmgym.learners.grpo import GRPOTrainer  # noqa: F401  (the trainer's imports, as in a real run)
+
+    cfg = run_config(_learner())
+    worker = RolloutWorker(cfg, threads=1)
+    try:
+        worker._conn.close()  # what a trainer killed with SIGKILL leaves: the pipe's other end closes
+        deadline = time.monotonic() + 60
+        while _alive(worker.pid) and worker._process.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker._process.join(timeout=5)
+        assert worker._process.exitcode is not None
+    finally:
+        worker.close()
