@@ -5,6 +5,7 @@ tokenizer, saved once with ``save_pretrained`` and loaded by both; 8 prompts x g
 step, temperature 1, one update per step (no reuse), no KL term, no reference model, lr 1e-4, the same reward
 (the fraction of ``a`` characters in the completion, dense so every group has signal), 20 steps. The first
 step is warm-up and is left out of the per-step figures; both report the mean and the median of steps 2-20.
+The two sides run alternately ``--repeats`` times (default 3) and the run with the median mean counts.
 
 TRL runs in its own virtual environment (it pins its own transformers/accelerate and is not a dependency of
 lrmgym), as a subprocess of this script running this same file with ``--trl-worker``. Create it once with::
@@ -14,7 +15,11 @@ lrmgym), as a subprocess of this script running this same file with ``--trl-work
 
 Run (from the repository root, in lrmgym's venv)::
 
-    python benchmarks/grpo_vs_trl.py --trl-python /tmp/trlvenv/bin/python [--sizes tiny,2.6m] [--threads 2]
+    python benchmarks/grpo_vs_trl.py --trl-python /tmp/trlvenv/bin/python [--sizes tiny,2.6m] [--threads 2] [--async]
+
+``--async`` also times lrmgym with ``learner.async_rollouts`` (the next step's rollouts sampled in a second
+process while this step trains; one step off-policy), reported beside the synchronous ratio. Its env lives in
+``bench_env.py`` so that the worker process can import it.
 
 The machine's load matters: report ``uptime`` beside the numbers.
 """
@@ -70,33 +75,22 @@ def save_model(folder: Path, size: str, seed: int = 0) -> int:
 
 
 # --------------------------------------------------------------------------------------------------- lrmgym
-def run_lrmgym(model_dir: Path, out_dir: Path) -> list[float]:
-    """Seconds of each of the STEPS steps of the native learner."""
+def run_lrmgym(model_dir: Path, out_dir: Path, async_rollouts: bool = False) -> list[float]:
+    """Seconds of each of the STEPS steps of the native learner (with ``async_rollouts``: one step of lag)."""
     import gymnasium
-    import numpy as np
 
     import lrmgym
     from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
-    from lrmgym.core import Completion, Task, TextEnv, Verdict
     from lrmgym.eval.config import EvalConfig
     from lrmgym.learners.grpo import GRPOConfig
     from lrmgym.policies.hf import HFPolicyConfig
 
-    class FractionAEnv(TextEnv):
-        """The benchmark's reward as an env."""
-
-        def make_task(self, index: int, rng: np.random.Generator) -> Task:
-            return Task(id=f"bench/{index}", prompt=prompt_text(index))
-
-        def verify(self, task: Task, completion: Completion) -> Verdict:
-            score = reward_fraction_a(completion.text)
-            return Verdict(score=score, correct=score >= 0.5)
-
     if "lrmgym/BenchFractionA-v0" not in gymnasium.registry:
-        lrmgym.register("lrmgym/BenchFractionA-v0", FractionAEnv)
+        lrmgym.register("lrmgym/BenchFractionA-v0", "bench_env:FractionAEnv")
     learner = GRPOConfig(
         steps=STEPS, prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP, max_new_tokens=NEW_TOKENS, lr=LR,
         track_kl=False, eval_before_after=False, checkpoint_every=10_000, progress=False,
+        async_rollouts=async_rollouts, torch_threads=torch_threads(),
     )  # fmt: skip
     config = RunConfig(
         env=EnvConfig(id="lrmgym/BenchFractionA-v0"), policy=HFPolicyConfig(model=str(model_dir), device="cpu"),
@@ -157,6 +151,19 @@ def run_trl(trl_python: str, model_dir: Path, threads: int) -> list[float]:
     raise RuntimeError(f"TRL worker failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
 
 
+_THREADS: list[int] = []
+
+
+def torch_threads() -> int | None:
+    """The --threads of this run (the learner sets it in its own process and in a rollout worker)."""
+    return _THREADS[-1] if _THREADS else None
+
+
+def _median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run with the median mean step time (of an odd count; the upper middle of an even one)."""
+    return sorted(runs, key=lambda r: r["mean_s"])[len(runs) // 2]
+
+
 def _stats(times: list[float]) -> dict[str, float]:
     steady = times[1:]  # the first step is warm-up
     return {"mean_s": statistics.mean(steady), "median_s": statistics.median(steady), "first_s": times[0]}
@@ -168,6 +175,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="tiny,2.6m", help=f"comma-separated, from {sorted(SIZES)}")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per side; the median run counts")
+    parser.add_argument(
+        "--async", dest="async_", action="store_true",
+        help="also time lrmgym with async_rollouts (rollouts one step ahead in a second process: a different "
+        "algorithm, one step off-policy, so reported beside the synchronous ratio, not instead of it)",
+    )  # fmt: skip
     parser.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.trl_worker:
@@ -177,22 +190,42 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    _THREADS.append(args.threads)
     results = {}
     for size in args.sizes.split(","):
+        runs: dict[str, list[dict[str, float]]] = {"lrmgym": [], "trl": [], "lrmgym_async": []}
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = Path(tmp) / "model"
             params = save_model(model_dir, size)
-            ours = _stats(run_lrmgym(model_dir, Path(tmp) / "run"))
-            trl = _stats(run_trl(args.trl_python, model_dir, args.threads))
+            # The sides alternate, repeats times: this machine's speed drifts by 20-30 % over minutes, which a
+            # single pair of back-to-back runs mistakes for a difference between the learners.
+            for rep in range(args.repeats):
+                runs["lrmgym"].append(_stats(run_lrmgym(model_dir, Path(tmp) / f"run{rep}")))
+                if args.async_:
+                    lagged = run_lrmgym(model_dir, Path(tmp) / f"run_async{rep}", async_rollouts=True)
+                    runs["lrmgym_async"].append(_stats(lagged))
+                runs["trl"].append(_stats(run_trl(args.trl_python, model_dir, args.threads)))
+        ours, trl = _median_run(runs["lrmgym"]), _median_run(runs["trl"])
         ratio = ours["mean_s"] / trl["mean_s"]
         results[size] = {"params": params, "lrmgym": ours, "trl": trl, "ratio_mean": ratio,
-                         "ratio_median": ours["median_s"] / trl["median_s"]}  # fmt: skip
+                         "ratio_median": ours["median_s"] / trl["median_s"], "repeats": args.repeats,
+                         "runs": {k: v for k, v in runs.items() if v}}  # fmt: skip
         print(
             f"{size:>5} ({params / 1e6:.2f} M params): lrmgym {ours['mean_s']:.3f} s/step (median "
             f"{ours['median_s']:.3f}), TRL {trl['mean_s']:.3f} s/step (median {trl['median_s']:.3f}); "
-            f"ratio {ratio:.2f}x",
+            f"ratio {ratio:.2f}x  [per-run ratios: "
+            + ", ".join(f"{a['mean_s'] / b['mean_s']:.2f}" for a, b in zip(runs["lrmgym"], runs["trl"], strict=True))
+            + "]",
             flush=True,
         )
+        if runs["lrmgym_async"]:
+            lagged = _median_run(runs["lrmgym_async"])
+            results[size].update(lrmgym_async=lagged, ratio_async_mean=lagged["mean_s"] / trl["mean_s"])
+            print(
+                f"{size:>5} async rollouts: lrmgym {lagged['mean_s']:.3f} s/step (median {lagged['median_s']:.3f}); "
+                f"ratio {lagged['mean_s'] / trl['mean_s']:.2f}x (one step off-policy)",
+                flush=True,
+            )
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
 
