@@ -151,6 +151,12 @@ class TinyTrainConfig(BaseModel):
     """AdamW weight decay."""
     data_seed: int = Field(0, ge=0)
     """Seed of the training-task stream."""
+    retry_share: float = Field(0.0, ge=0.0, lt=1.0)
+    """Share of examples that are a second attempt: the prompt, a wrong solution (its final result off by 1-9),
+    the env's own feedback for it, and then the right solution, which alone is trained on. Without them the
+    model has never seen a transcript go on after an answer and cannot use the retry mode (env.max_turns > 1).
+    Measured at 0.15: a second try then succeeds 11.6 % of the time (0 % without), but first-try accuracy at
+    T=1 falls from 34 % to 22 %, so the default model has none; `policy.train.retry_share=0.15` builds one."""
 
 
 def _lr_factor(step: int, cfg: TinyTrainConfig) -> float:
@@ -166,9 +172,12 @@ def env_examples(cfg: TinyTrainConfig, count: int) -> list[tuple[str, str]]:
     Raises:
         ValueError: if the env's tasks carry no ``metadata["solution"]`` or have chat prompts.
     """
+    import numpy as np
+
     import lrmgym
 
     env = lrmgym.make(cfg.env, **cfg.env_options).unwrapped
+    retries = np.random.default_rng([cfg.data_seed, 0x7279])  # "ry": which examples are second attempts
     pairs = []
     for index in range(count):
         task = env.task_at(index, seed=cfg.data_seed)
@@ -178,8 +187,35 @@ def env_examples(cfg: TinyTrainConfig, count: int) -> list[tuple[str, str]]:
                 f"Task {task.id!r} of {cfg.env} has no text prompt with a metadata['solution'] string; the tiny "
                 "model is trained on worked solutions. Use an env whose tasks carry them (lrmgym/Math-v0)."
             )
-        pairs.append((task.prompt, solution))
+        prompt = task.prompt
+        if retries.random() < cfg.retry_share:
+            prompt += _second_attempt_prefix(env, task, solution, int(retries.integers(1, 10)))
+        pairs.append((prompt, solution))
     return pairs
+
+
+def _second_attempt_prefix(env: Any, task: Any, solution: str, delta: int) -> str:
+    """A wrong first attempt (the solution with its final result off by ``delta``) and the env's feedback to it.
+
+    Returns ``""`` when the solution has no final number to change or the env gives no feedback.
+    """
+    import re
+
+    from lrmgym.core import Completion
+
+    answer = str(task.answer)
+    if not re.fullmatch(r"-?\d+", answer):
+        return ""
+    wrong_answer = str(int(answer) + delta)
+    # The last "=<answer>" of the working and the answer tag carry the final result: change both.
+    wrong = re.sub(rf"={re.escape(answer)}(?=</think>)", f"={wrong_answer}", solution, count=1)
+    wrong = wrong.replace(f"<answer>{answer}</answer>", f"<answer>{wrong_answer}</answer>")
+    if wrong == solution:
+        return ""
+    completion = Completion(text=wrong)
+    verdict = env.verify(task, completion)
+    feedback = env.feedback(task, completion, verdict, 1) if verdict.correct is False else None
+    return wrong + feedback if isinstance(feedback, str) else ""
 
 
 def _batches(pairs: list[tuple[str, str]], tokenizer: Any, batch_size: int) -> Iterator[tuple[Any, Any]]:
@@ -273,8 +309,11 @@ class TinyPolicyConfig(BaseModel):
 
     def key(self) -> str:
         """The cache key: a hash of everything that determines the weights."""
+        train = self.train.model_dump(mode="json")
+        if not train["retry_share"]:  # added after models were cached and shipped: absent means 0
+            del train["retry_share"]
         spec = {"format": FORMAT_VERSION, "seed": self.seed, "arch": self.arch.model_dump(mode="json"),
-                "train": self.train.model_dump(mode="json")}  # fmt: skip
+                "train": train}  # fmt: skip
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
     def cache_dir(self) -> Path:

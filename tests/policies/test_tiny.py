@@ -176,3 +176,22 @@ def test_default_build_reproduces_the_shipped_weights(monkeypatch, tmp_path):
     folder = build_tiny(TinyPolicyConfig(threads=1), progress=False)
     digest = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in (folder, SHIPPED_DIR)]
     assert digest[0] == digest[1]
+
+
+def test_retry_examples_show_a_wrong_attempt_the_envs_feedback_and_the_right_solution():
+    cfg = TinyTrainConfig(retry_share=0.5)
+    pairs = env_examples(cfg, 40)
+    assert pairs == env_examples(cfg, 40)  # deterministic
+    plain = env_examples(TinyTrainConfig(), 40)
+    assert [t for _, t in pairs] == [t for _, t in plain]  # the same tasks, the same (right) targets
+    retried = [(p, q) for (p, _), (q, _) in zip(pairs, plain, strict=True) if p != q]
+    assert 10 <= len(retried) <= 30
+    for prompt, original in retried:
+        assert prompt.startswith(original) and prompt.endswith(" Try again. A:")
+        wrong = prompt[len(original) : prompt.index("\nNot ")]
+        assert wrong.startswith("<think>") and wrong.endswith("</answer>")
+        wrong_answer = wrong[wrong.index("<answer>") + 8 : -len("</answer>")]
+        assert prompt.endswith(f"\nNot {wrong_answer}. Try again. A:")  # the env's own feedback to it
+    # The shipped default's cache key does not change with the new field at its default of 0.
+    assert TinyPolicyConfig().key() == json.loads((SHIPPED_DIR / "build.json").read_text())["key"]
+    assert TinyPolicyConfig(train={"retry_share": 0.15}).key() != TinyPolicyConfig().key()
