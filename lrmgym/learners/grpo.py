@@ -151,6 +151,16 @@ class GRPOConfig(BaseModel):
                 f"minibatches={self.minibatches} exceeds the trajectories per step "
                 f"(prompts_per_step x group_size = {self.prompts_per_step * self.group_size}); lower minibatches."
             )
+        sampler_is_old = self.async_rollouts or self.behavior_logprobs == "sampler"
+        if sampler_is_old and (self.temperature != 1.0 or self.top_p < 1.0):
+            # The sampler's log-probs are those of the tempered, truncated distribution; the trainer's are the
+            # model's own, so their ratio would not be an importance weight.
+            what = "async_rollouts=true" if self.async_rollouts else "behavior_logprobs='sampler'"
+            raise ValueError(
+                f"{what} takes the sampler's log-probs as the behaviour policy, which needs temperature=1 and "
+                f"top_p=1 (got temperature={self.temperature:g}, top_p={self.top_p:g}); set them to 1 or use "
+                "async_rollouts=false with behavior_logprobs='recompute'."
+            )
         return self
 
     def sampling(self, seed: int | None) -> SamplingParams:

@@ -93,3 +93,13 @@ def test_worker_exits_when_the_trainer_goes_away():
         assert worker._process.exitcode is not None
     finally:
         worker.close()
+
+
+def test_sampler_logprobs_as_behaviour_policy_need_the_untempered_distribution():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"async_rollouts=true takes the sampler's log-probs .* temperature=0\.7"):
+        _learner(async_rollouts=True, temperature=0.7)
+    with pytest.raises(ValidationError, match=r"behavior_logprobs='sampler' .* top_p=0\.9"):
+        _learner(behavior_logprobs="sampler", top_p=0.9)
+    assert _learner(temperature=0.7).temperature == 0.7  # recomputed pi_old: any temperature
