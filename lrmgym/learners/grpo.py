@@ -18,6 +18,7 @@ Dr. GRPO (https://arxiv.org/abs/2503.20783); see :mod:`lrmgym.learners.losses` a
 from __future__ import annotations
 
 import copy
+import os
 import pathlib
 import signal
 import threading
@@ -195,6 +196,14 @@ def _adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW
     return torch.optim.AdamW(params, **kwargs)
 
 
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def derived_seed(seed: int, *tags: int) -> int:
     """A 31-bit seed that is a pure function of ``(seed, *tags)`` (SeedSequence mixing, no ``seed + k``)."""
     return int(task_rng(seed, *tags).integers(0, 2**31 - 1))
@@ -279,6 +288,13 @@ class GRPOTrainer:
         )
         self.turns = int(self.cfg.max_turns or env_attr(self.env, "max_turns", 1) or 1)
         self.worker = None
+        if self.cfg.async_rollouts and _usable_cpus() < 2:
+            print(
+                "learner.async_rollouts: this process may use only one CPU, so a rollout worker would only take "
+                "turns with training; running synchronously (set learner.async_rollouts=false to silence this).",
+                flush=True,
+            )
+            self.cfg = self.cfg.model_copy(update={"async_rollouts": False})
         if self.cfg.async_rollouts:
             from lrmgym.learners.async_rollout import RolloutWorker
 

@@ -103,3 +103,14 @@ def test_sampler_logprobs_as_behaviour_policy_need_the_untempered_distribution()
     with pytest.raises(ValidationError, match=r"behavior_logprobs='sampler' .* top_p=0\.9"):
         _learner(behavior_logprobs="sampler", top_p=0.9)
     assert _learner(temperature=0.7).temperature == 0.7  # recomputed pi_old: any temperature
+
+
+def test_one_cpu_runs_synchronously(tmp_path, monkeypatch, capsys):
+    from lrmgym.learners import grpo
+
+    monkeypatch.setattr(grpo, "_usable_cpus", lambda: 1)
+    cfg = run_config(_learner(async_rollouts=True, steps=1))
+    trainer = GRPOTrainer(cfg.learner, cfg, tmp_path)
+    trainer.train()
+    assert trainer.worker is None and "running synchronously" in capsys.readouterr().out
+    assert "time/wait_s" not in _lines(tmp_path)[0]
