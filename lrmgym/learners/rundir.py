@@ -209,9 +209,11 @@ def plot_metrics(metrics: list[dict[str, Any]], out_png: Path, evals: list[tuple
         if pts:
             xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, lw=0.8, alpha=0.5, color="C0", label="train")
-            if len(ys) >= 10:  # a 10-step moving average makes the trend readable through the noise
+            # A 10-point moving mean makes the trend readable through the noise (a point is a step, or every
+            # n-th step for the KL).
+            if len(ys) >= 10:
                 smooth = np.convolve(ys, np.ones(10) / 10, mode="valid")
-                ax.plot(xs[9:], smooth, lw=1.6, color="C0", label="train (10-step mean)")
+                ax.plot(xs[9:], smooth, lw=1.6, color="C0", label="train (10-point moving mean)")
         if key == "accuracy" and evals:
             ax.plot(*zip(*evals, strict=True), "o-", color="C3", label="held-out")
             ax.legend(fontsize=8)
