@@ -37,7 +37,7 @@ class _Layer:
     Rebuilt for every batch, so that it follows the weights as training changes them.
     """
 
-    def __init__(self, layer: Any, config: Any) -> None:
+    def __init__(self, layer: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
         # The attention scale is folded into the query rows (RoPE is linear, so scaling before it is the same).
@@ -90,7 +90,7 @@ class LlamaDecoder:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
-        self.layers = [_Layer(layer, config) for layer in inner.layers]
+        self.layers = [_Layer(layer) for layer in inner.layers]
         self.keys: list[torch.Tensor] = []  # per layer [b, K, L, D]
         self.values: list[torch.Tensor] = []
         self.valid = torch.empty(0, 0, dtype=torch.bool)  # [b, L]: buffer slots a query may attend to
