@@ -75,7 +75,7 @@ def save_model(folder: Path, size: str, seed: int = 0) -> int:
 
 
 # --------------------------------------------------------------------------------------------------- lrmgym
-def run_lrmgym(model_dir: Path, out_dir: Path, async_rollouts: bool = False) -> list[float]:
+def run_lrmgym(model_dir: Path, out_dir: Path, threads: int, async_rollouts: bool = False) -> list[float]:
     """Seconds of each of the STEPS steps of the native learner (with ``async_rollouts``: one step of lag)."""
     import gymnasium
 
@@ -90,7 +90,7 @@ def run_lrmgym(model_dir: Path, out_dir: Path, async_rollouts: bool = False) -> 
     learner = GRPOConfig(
         steps=STEPS, prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP, max_new_tokens=NEW_TOKENS, lr=LR,
         track_kl=False, eval_before_after=False, checkpoint_every=10_000, progress=False,
-        async_rollouts=async_rollouts, torch_threads=torch_threads(),
+        async_rollouts=async_rollouts, torch_threads=threads,
     )  # fmt: skip
     config = RunConfig(
         env=EnvConfig(id="lrmgym/BenchFractionA-v0"), policy=HFPolicyConfig(model=str(model_dir), device="cpu"),
@@ -151,14 +151,6 @@ def run_trl(trl_python: str, model_dir: Path, threads: int) -> list[float]:
     raise RuntimeError(f"TRL worker failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
 
 
-_THREADS: list[int] = []
-
-
-def torch_threads() -> int | None:
-    """The --threads of this run (the learner sets it in its own process and in a rollout worker)."""
-    return _THREADS[-1] if _THREADS else None
-
-
 def _median_run(runs: list[dict[str, float]]) -> dict[str, float]:
     """The run with the median mean step time (of an odd count; the upper middle of an even one)."""
     return sorted(runs, key=lambda r: r["mean_s"])[len(runs) // 2]
@@ -190,7 +182,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    _THREADS.append(args.threads)
     results = {}
     for size in args.sizes.split(","):
         runs: dict[str, list[dict[str, float]]] = {"lrmgym": [], "trl": [], "lrmgym_async": []}
@@ -200,9 +191,9 @@ def main() -> None:
             # The sides alternate, repeats times: this machine's speed drifts by 20-30 % over minutes, which a
             # single pair of back-to-back runs mistakes for a difference between the learners.
             for rep in range(args.repeats):
-                runs["lrmgym"].append(_stats(run_lrmgym(model_dir, Path(tmp) / f"run{rep}")))
+                runs["lrmgym"].append(_stats(run_lrmgym(model_dir, Path(tmp) / f"run{rep}", args.threads)))
                 if args.async_:
-                    lagged = run_lrmgym(model_dir, Path(tmp) / f"run_async{rep}", async_rollouts=True)
+                    lagged = run_lrmgym(model_dir, Path(tmp) / f"run_async{rep}", args.threads, async_rollouts=True)
                     runs["lrmgym_async"].append(_stats(lagged))
                 runs["trl"].append(_stats(run_trl(args.trl_python, model_dir, args.threads)))
         ours, trl = _median_run(runs["lrmgym"]), _median_run(runs["trl"])

@@ -112,8 +112,7 @@ def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None
             samples += [_sample_row(index, task, j, c, v, p) for j, (c, v, p) in enumerate(rows)]
         bar.update(len(batch))
     bar.close()
-    report = _report(cfg, grader, tasks, samples, correct, time.perf_counter() - start)
-    report["env"] = _env_name(env)
+    report = _report(cfg, grader, tasks, samples, correct, time.perf_counter() - start, env_name=_env_name(env))
     if out_dir is not None:
         _write(Path(out_dir), report, samples)
     return report
@@ -146,8 +145,9 @@ def _jsonable(value: Any) -> Any:
 
 # --------------------------------------------------------------------------------------------------- report
 def _report(
-    cfg: EvalConfig, env: TextEnv, tasks: list[Task], samples: list[dict], correct: list[int], wall: float
-) -> dict:
+    cfg: EvalConfig, env: TextEnv, tasks: list[Task], samples: list[dict], correct: list[int], wall: float,
+    env_name: str,
+) -> dict:  # fmt: skip
     n, level = cfg.n, cfg.confidence
     per_task_avg = [c / n for c in correct]
     passk = {}
@@ -163,7 +163,7 @@ def _report(
     tokens = [s["tokens"] for s in samples if s["tokens"] is not None]
     truncated = sum(s["finish_reason"] == "length" for s in samples)
     return {
-        "env": _env_name(env),
+        "env": env_name,  # the id the caller made, even when the tasks come from a split-switched copy
         "env_config": env.config.model_dump(mode="json") if getattr(env, "config", None) is not None else None,
         "split": getattr(getattr(env, "config", None), "split", None),
         "tasks": len(tasks), "n": n, "samples": len(samples),

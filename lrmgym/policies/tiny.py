@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import string
 import tempfile
@@ -199,8 +200,6 @@ def _second_attempt_prefix(env: Any, task: Any, solution: str, delta: int) -> st
 
     Returns ``""`` when the solution has no final number to change or the env gives no feedback.
     """
-    import re
-
     from lrmgym.core import Completion
 
     answer = str(task.answer)
