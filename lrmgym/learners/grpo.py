@@ -39,8 +39,6 @@ from lrmgym.learners.losses import (
     aggregate,
     kl_penalty,
     policy_loss,
-    token_entropy,
-    token_logprobs,
 )
 from lrmgym.learners.rollout import TokenBatch, collate, env_attr, rollout, tokenize_trajectory
 from lrmgym.learners.rundir import (
@@ -51,6 +49,7 @@ from lrmgym.learners.rundir import (
     plot_metrics,
     restore_rng,
 )
+from lrmgym.learners.shared_prefix import forward_logprobs, prompt_groups
 from lrmgym.policies.base import SamplingParams
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
@@ -82,7 +81,13 @@ class GRPOConfig(BaseModel):
     lr: float = Field(1e-4, gt=0.0, le=1.0)
     """AdamW learning rate (the tiny-model prototype found 1e-4 best; 6e-4 collapsed)."""
     warmup_steps: int = Field(0, ge=0)
-    """Linear learning-rate warmup steps (constant afterwards)."""
+    """Linear learning-rate warmup steps."""
+    lr_decay: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning rate after warmup: constant, or decaying to min_lr_ratio x lr over the run. The run's progress is
+    the larger of step / steps and (with time_budget_s) training seconds / time_budget_s, so a run stopped by its
+    time budget still ends at the low rate."""
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
+    """Final learning rate of a decaying schedule, as a fraction of lr."""
     weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
     adam_betas: tuple[float, float] = (0.9, 0.99)
@@ -99,6 +104,10 @@ class GRPOConfig(BaseModel):
     """Padded tokens per forward/backward pass: trajectories are sorted by length and packed greedily up to this
     many (rows x longest row), so short ones are not padded to the longest of the step. Bounds memory on a GPU;
     saves compute on a CPU. Ignored when micro_batch_size is set; None = whole minibatch."""
+    shared_prefix: bool = True
+    """In the update, run each group's prompt once and its G continuations on top of that prompt's (differentiable)
+    KV cache, instead of running the prompt G times; same result up to float rounding. Needs a transformers
+    causal LM (past_key_values and position_ids in its forward). See lrmgym/learners/shared_prefix.py."""
     adv_estimator: AdvEstimator = "grpo"
     """Group advantages: grpo ((r-mean)/std), dr_grpo (r-mean) or rloo (leave-one-out baseline)."""
     pg_loss: PGLoss = "ppo_clip"
@@ -276,10 +285,7 @@ class GRPOTrainer:
         if not params:
             raise ValueError("The policy's model has no trainable parameters (all requires_grad=False).")
         self.optimizer = _adamw(params, lr=self.cfg.lr, betas=self.cfg.adam_betas, weight_decay=self.cfg.weight_decay)
-        warmup = self.cfg.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
-        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.train_seed = derived_seed(self.seed, _TRAIN_STREAM)
         tok = self.policy.tokenizer
         pad = getattr(self.policy, "pad_token_id", None)
@@ -385,6 +391,25 @@ class GRPOTrainer:
         self._print_table(summary)
         return summary
 
+    def progress(self) -> float:
+        """How far the run is, in [0, 1]: the larger of its step share and its time-budget share."""
+        done = self.step / self.cfg.steps
+        if self.cfg.time_budget_s is not None:
+            done = max(done, self.elapsed_s / self.cfg.time_budget_s)
+        return min(1.0, done)
+
+    def _lr_factor(self, step: int) -> float:
+        """Multiplier of ``lr`` for the update after ``step`` scheduler steps (warmup, then the decay)."""
+        cfg = self.cfg
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.lr_decay == "constant":
+            return 1.0
+        # LambdaLR calls this after self.step and self.elapsed_s have advanced, i.e. for the coming update.
+        done = self.progress()
+        shape = 1.0 - done if cfg.lr_decay == "linear" else 0.5 * (1.0 + np.cos(np.pi * done))
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * float(shape)
+
     def _over_budget(self) -> bool:
         return self.cfg.time_budget_s is not None and self.elapsed_s >= self.cfg.time_budget_s
 
@@ -417,7 +442,6 @@ class GRPOTrainer:
         stats = self._update([tokenized[i] for i in rows], [float(flat_adv[i]) for i in rows])
         train_s = time.perf_counter() - train_start
         stats["lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this step's update used
-        self.scheduler.step()  # once per training step, whether or not any trajectory carried signal
         self.step += 1
         self.data_pos += b
         metrics = self._metrics(ro, trajs, tokenized, adv, rows, stats)
@@ -428,6 +452,7 @@ class GRPOTrainer:
         if wait_s is not None:  # with async rollouts: how long this step waited for the worker
             metrics["time/wait_s"] = wait_s
         self.elapsed_s += metrics["time/step_s"]
+        self.scheduler.step()  # once per training step (signal or not), after step and elapsed_s have advanced
         self.metrics_log.append(metrics)
         self._log_samples(ro, adv.advantages)
         return metrics
@@ -440,11 +465,14 @@ class GRPOTrainer:
         return self.cfg.sampling(derived_seed(self.seed, _SAMPLING, step))
 
     # ------------------------------------------------------------------------------------------ the update
-    def _forward_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logp [n, T-1], logits [n, T, V])`` of a batch under ``model``."""
-        ids = batch.input_ids.to(self.device)
-        logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits
-        return token_logprobs(logits, ids), logits
+    def _forward_logprobs(
+        self, model: torch.nn.Module, batch: TokenBatch, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(logp [n, T-1], entropy [n, T-1] or None)`` of a batch under ``model`` (see shared_prefix)."""
+        return forward_logprobs(
+            model, batch.input_ids.to(self.device), batch.attention_mask.to(self.device),
+            batch.prompt_len if self.cfg.shared_prefix else None, self.pad_id, entropy=entropy,
+        )  # fmt: skip
 
     @torch.no_grad()
     def _no_grad_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -457,20 +485,41 @@ class GRPOTrainer:
         return out
 
     def _micro_batches(self, batch: TokenBatch, rows: list[int]) -> list[list[int]]:
-        """Split ``rows`` of ``batch`` into forward/backward passes (see micro_batch_size, micro_batch_tokens)."""
+        """Split ``rows`` of ``batch`` into forward/backward passes (see micro_batch_size, micro_batch_tokens).
+
+        With shared_prefix, the rows of one prompt stay in one pass (so that the prompt runs once) and a pass
+        costs its prompts once each: ``rows x longest continuation + prompts x longest prompt`` padded tokens.
+        """
         size, budget = self.cfg.micro_batch_size, self.cfg.micro_batch_tokens
         if size:
             return [rows[i : i + size] for i in range(0, len(rows), size)]
         if not budget:
             return [rows]
         lengths = batch.attention_mask.sum(-1).tolist()
-        chunks: list[list[int]] = []
-        for row in sorted(rows, key=lambda r: -lengths[r]):  # longest first: a chunk's first row sets its width
-            if chunks and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= budget:
-                chunks[-1].append(row)
+        shared = self.cfg.shared_prefix
+        if shared:
+            by_prompt: dict[int, list[int]] = {}
+            owner = prompt_groups(batch.input_ids, batch.prompt_len)
+            for r in rows:
+                by_prompt.setdefault(owner[r], []).append(r)
+            units = list(by_prompt.values())
+            prompt = batch.prompt_len.tolist()
+        else:
+            units = [[r] for r in rows]
+            prompt = [0] * len(lengths)
+        units.sort(key=lambda u: -max(lengths[r] for r in u))  # longest first: similar widths share a pass
+
+        def cost(chunk: list[list[int]]) -> int:  # padded tokens of one pass
+            cont = max(lengths[r] - prompt[r] for u in chunk for r in u)
+            return sum(map(len, chunk)) * cont + len(chunk) * max(prompt[r] for u in chunk for r in u)
+
+        chunks: list[list[list[int]]] = []
+        for unit in units:
+            if chunks and cost([*chunks[-1], unit]) <= budget:
+                chunks[-1].append(unit)
             else:
-                chunks.append([row])
-        return chunks
+                chunks.append([unit])
+        return [[r for u in chunk for r in u] for chunk in chunks]
 
     def _update(self, seqs: Sequence[Any], advantages: Sequence[float]) -> dict[str, float | None]:
         """Epochs x minibatches of policy-gradient steps on the kept trajectories; returns update statistics."""
@@ -510,7 +559,7 @@ class GRPOTrainer:
                     sub = batch.select(micro)
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]
-                    logp, logits = self._forward_logprobs(self.model, sub)
+                    logp, entropy = self._forward_logprobs(self.model, sub, entropy=epoch == 0)
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     out = policy_loss(
                         logp, old, sub.advantages.to(self.device), kind=cfg.pg_loss,
@@ -530,7 +579,7 @@ class GRPOTrainer:
                     if epoch == 0:  # statistics of the policy as it was before this step's update
                         m = mask.float()
                         with torch.no_grad():
-                            sums["entropy"] += float((token_entropy(logits.detach()) * m).sum())
+                            sums["entropy"] += float((entropy * m).sum())
                             if ref_all is not None:
                                 sums["kl"] += float((kl.detach() * m).sum())
                     sums["loss"] += float(loss.detach()) * weight

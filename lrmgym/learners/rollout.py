@@ -239,6 +239,7 @@ class TokenBatch:
         loss_mask: ``[N, T - 1]`` 1 where the *target* token ``t + 1`` was sampled by the policy.
         sampler_logprobs: ``[N, T - 1]`` the sampler's log-prob of target token ``t + 1`` (0 off the mask).
         advantages: ``[N]`` the trajectory advantages.
+        prompt_len: ``[N]`` tokens before each row's first policy token (its prompt).
         index: Which input trajectories (positions in the list given to :func:`collate`) the rows are.
     """
 
@@ -247,6 +248,7 @@ class TokenBatch:
     loss_mask: torch.Tensor
     sampler_logprobs: torch.Tensor
     advantages: torch.Tensor
+    prompt_len: torch.Tensor
     index: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -262,8 +264,13 @@ class TokenBatch:
             loss_mask=self.loss_mask[r, : length - 1],
             sampler_logprobs=self.sampler_logprobs[r, : length - 1],
             advantages=self.advantages[r],
+            prompt_len=self.prompt_len[r],
             index=[self.index[i] for i in rows],
         )
+
+
+def _prompt_len(policy_mask: list[bool]) -> int:
+    return policy_mask.index(True) if True in policy_mask else len(policy_mask)
 
 
 def collate(seqs: Sequence[TokenizedTrajectory], advantages: Sequence[float], pad_id: int) -> TokenBatch:
@@ -288,5 +295,6 @@ def collate(seqs: Sequence[TokenizedTrajectory], advantages: Sequence[float], pa
         loss_mask=loss_mask[:, 1:],  # aligned to targets: position t predicts token t + 1
         sampler_logprobs=lps[:, 1:],
         advantages=torch.tensor(list(advantages), dtype=torch.float32),
+        prompt_len=torch.tensor([_prompt_len(s.policy_mask) for s in seqs], dtype=torch.long),
         index=list(range(n)),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -90,7 +91,9 @@ def _rollout_tokens(trainer):
 
 
 @pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
-@pytest.mark.parametrize("split", [{"micro_batch_size": 5}, {"micro_batch_tokens": 40}])
+@pytest.mark.parametrize(
+    "split", [{"micro_batch_size": 5}, {"micro_batch_tokens": 40, "shared_prefix": False}, {"micro_batch_tokens": 40}]
+)
 def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg, split):
     import torch
 
@@ -100,9 +103,16 @@ def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg, split):
     batch = collate(seqs, adv, micro.pad_id)
     chunks = micro._micro_batches(batch, list(range(len(batch))))
     assert len(chunks) > 1 and sorted(r for c in chunks for r in c) == list(range(len(batch)))
-    if "micro_batch_tokens" in split:  # each pass holds at most 40 padded tokens (or a single longer row)
-        width = batch.attention_mask.sum(-1)
+    width = batch.attention_mask.sum(-1)
+    if split.get("shared_prefix") is False:  # each pass holds at most 40 padded tokens (or a single longer row)
         assert all(len(c) == 1 or len(c) * int(width[c].max()) <= 40 for c in chunks)
+    elif "micro_batch_tokens" in split:  # a prompt's rows share a pass, whose prompts count once each
+        owner = [seqs[r].ids[: batch.prompt_len[r]] for r in range(len(batch))]
+        for c in chunks:
+            prompts = {tuple(owner[r]) for r in c}
+            assert all(tuple(owner[r]) not in prompts for other in chunks if other is not c for r in other)
+            cost = len(c) * int((width - batch.prompt_len)[c].max()) + len(prompts) * int(batch.prompt_len[c].max())
+            assert len(prompts) == 1 or cost <= 40
     assert any(a != 0 for a in adv)
     whole._update(seqs, adv)
     micro._update(seqs, adv)
@@ -175,6 +185,23 @@ def test_warmup_counts_training_steps(tmp_path):
     cfg.learner.run(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["lr"] for m in lines] == pytest.approx([5e-4, 1e-3, 1e-3])
+
+
+def test_cosine_decay_over_steps(tmp_path):
+    cfg = run_config(_learner(steps=5, lr=1e-3, lr_decay="cosine", min_lr_ratio=0.2))
+    cfg.learner.run(cfg, tmp_path, resume=False)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # progress k/5 before update k+1: lr = 1e-3 * (0.2 + 0.8 * (1 + cos(pi * k / 5)) / 2)
+    expected = [1e-3 * (0.2 + 0.4 * (1 + math.cos(math.pi * k / 5))) for k in range(5)]
+    assert [m["lr"] for m in lines] == pytest.approx(expected)
+
+
+def test_linear_decay_follows_the_time_budget(tmp_path):
+    trainer = _trainer(tmp_path, steps=1000, lr=1e-3, lr_decay="linear", min_lr_ratio=0.0, time_budget_s=100.0)
+    trainer.train_step()
+    trainer.elapsed_s = 75.0  # as if the budget were three quarters spent
+    trainer.scheduler.step()
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.25e-3)  # time, not step 2/1000, leads
 
 
 def test_kl_is_measured_on_every_nth_step(tmp_path):

@@ -1,0 +1,117 @@
+"""Training forward passes that compute each group's shared prompt once.
+
+A GRPO step trains on G trajectories per task, and all G start with the same prompt tokens. A plain forward
+pass runs the prompt G times; here the distinct prompts of a micro-batch run once, with the KV cache kept
+(and differentiable), and the cache is indexed out to the rows that share each prompt before the rest of the
+trajectories (policy and env turns) runs on top of it. Gradients reaching the prompt's keys and values from
+the G rows add up in the backward pass of that index, so the result equals the plain pass up to float
+rounding. On the tiny default model prompts are about half of the tokens, and the update gets ~40 % cheaper.
+
+Written here rather than taken from a library: TRL and OpenRLHF run the full sequences (TRL's
+``shuffle_sequence_dict``/padding-free path packs but does not share prefixes), and transformers offers the
+pieces (a cache whose ``update`` concatenates and is differentiable, ``reorder_cache``) but not the loop.
+
+Layout: rows are right-padded (prompts of a micro-batch may differ in length), so a row's continuation sits at
+cache positions ``P..P+C-1`` after its padded prompt; the attention mask hides the padding holes and
+``position_ids`` restart at each row's own prompt length, so RoPE sees the same positions as the plain pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lrmgym.learners.losses import token_entropy, token_logprobs
+from lrmgym.policies.sampling import _forward_kwargs, _output_cache
+
+__all__ = ["forward_logprobs", "prompt_groups"]
+
+
+def prompt_groups(input_ids: torch.Tensor, prompt_len: torch.Tensor) -> list[int]:
+    """For each row, the index of its distinct prompt (first-seen order); rows with equal prompt tokens share."""
+    seen: dict[tuple[int, ...], int] = {}
+    lengths = prompt_len.tolist()
+    return [seen.setdefault(tuple(input_ids[i, : lengths[i]].tolist()), len(seen)) for i in range(len(lengths))]
+
+
+def _select_rows(cache: Any, index: torch.Tensor) -> Any:
+    """The cache with its batch rows taken at ``index`` (differentiable: an ``index_select``)."""
+    if hasattr(cache, "reorder_cache"):  # transformers Cache objects (DynamicCache)
+        cache.reorder_cache(index)
+        return cache
+    return tuple(tuple(t.index_select(0, index) for t in layer) for layer in cache)  # legacy tuple format
+
+
+def forward_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_len: torch.Tensor | None,
+    pad_id: int,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Next-token log-probs of right-padded rows, sharing the forward pass of equal prompts.
+
+    Args:
+        model: A transformers causal LM (anything whose forward takes ``past_key_values`` and ``position_ids``).
+        input_ids: ``[N, T]`` right-padded token rows.
+        attention_mask: ``[N, T]`` 1 on real tokens.
+        prompt_len: ``[N]`` tokens of each row's prompt (before its first policy token); ``None`` or a zero
+            entry runs the plain forward pass, as does a micro-batch with no prompt shared by two rows.
+        pad_id: Token used for padding.
+        entropy: Also return the (detached) entropy of each next-token distribution.
+
+    Returns:
+        ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
+        :func:`~lrmgym.learners.losses.token_logprobs`: entry ``t`` scores token ``t + 1``. Entries inside a
+        row's prompt (targets ``1 .. prompt_len - 1``) are 0 here; only targets from the first policy token on
+        are computed.
+    """
+    n, width = input_ids.shape
+    owner = None if prompt_len is None or int(prompt_len.min()) < 1 else prompt_groups(input_ids, prompt_len)
+    if owner is None or len(set(owner)) == n or bool((attention_mask.sum(-1) <= prompt_len).all()):
+        # Nothing to share (or nothing after the prompts): the plain pass is cheaper.
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return token_logprobs(logits, input_ids), token_entropy(logits.detach()) if entropy else None
+    device = input_ids.device
+    plen = prompt_len.to(device)
+    idx = torch.tensor(owner, device=device)
+    firsts = sorted({o: i for i, o in reversed(list(enumerate(owner)))}.items())  # (prompt, its first row)
+    rows_u = torch.tensor([i for _, i in firsts], device=device)
+    plen_u = plen[rows_u]
+    width_p = int(plen_u.max())
+    cols_p = torch.arange(width_p, device=device)
+    pre_mask = (cols_p[None] < plen_u[:, None]).long()  # [U, P]
+    prompts = torch.where(pre_mask.bool(), input_ids[rows_u, :width_p], pad_id)  # [U, P], right-padded
+    out = model(input_ids=prompts, attention_mask=pre_mask, use_cache=True)
+    first = out.logits[torch.arange(len(firsts), device=device), plen_u - 1]  # [U, V]: predicts policy token 1
+    cache = _select_rows(_output_cache(out), idx)
+    cache_arg = _forward_kwargs(model)[0]  # "cache" in recent transformers, "past_key_values" before
+
+    lengths = attention_mask.sum(-1)
+    cont_len = lengths - plen  # [N]
+    width_c = int(cont_len.max())
+    cols_c = torch.arange(width_c, device=device)
+    cont_mask = (cols_c[None] < cont_len[:, None]).long()  # [N, C]
+    gather_cols = (plen[:, None] + cols_c[None]).clamp(max=width - 1)
+    cont = torch.where(cont_mask.bool(), input_ids.gather(1, gather_cols), pad_id)  # [N, C], right-padded
+    logits_c = model(
+        input_ids=cont, attention_mask=torch.cat([pre_mask[idx], cont_mask], dim=1),
+        position_ids=plen[:, None] + cols_c[None], use_cache=True, **{cache_arg: cache},
+    ).logits  # fmt: skip
+    # Position j of `scores` predicts continuation token j: from the prompt's last position for j = 0.
+    scores = torch.cat([first[idx].unsqueeze(1), logits_c[:, :-1]], dim=1).float()  # [N, C, V]
+    lp = torch.gather(scores, -1, cont.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scores, dim=-1)  # [N, C]
+    # Scatter into the plain layout: continuation token j of row i is target column plen_i - 1 + j. Padding
+    # goes to one spare column (width - 1), dropped at the end.
+    target_cols = torch.where(cont_mask.bool(), plen[:, None] - 1 + cols_c[None], width - 1)
+
+    def spread(values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(n, width).scatter(1, target_cols, values * cont_mask)[:, : width - 1]
+
+    ent = None
+    if entropy:
+        logp_all = torch.log_softmax(scores.detach(), dim=-1)
+        ent = spread(-(logp_all.exp() * logp_all).sum(-1))
+    return spread(lp), ent

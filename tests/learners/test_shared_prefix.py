@@ -1,0 +1,119 @@
+"""Shared-prefix training passes give the plain pass's log-probs and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from lrmgym.learners.losses import token_entropy, token_logprobs
+from lrmgym.learners.rollout import TokenizedTrajectory, collate
+from lrmgym.learners.shared_prefix import forward_logprobs, prompt_groups
+
+PAD = 0
+COMMON = {
+    "vocab_size": 40, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "max_position_embeddings": 64,
+}  # fmt: skip
+
+
+def _model(kind: str, **extra) -> torch.nn.Module:
+    config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[kind]
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config_cls(**COMMON, **extra)).train()
+
+
+def _traj(prompt: list[int], turns: list[tuple[list[int], bool]]) -> TokenizedTrajectory:
+    ids, mask = list(prompt), [False] * len(prompt)
+    for toks, policy in turns:
+        ids += toks
+        mask += [policy] * len(toks)
+    return TokenizedTrajectory(ids=ids, policy_mask=mask, sampler_logprobs=[0.0] * len(ids))
+
+
+def _batch():
+    """Three groups with prompts of different lengths, ragged completions, one multi-turn row (env tokens)."""
+    g = torch.Generator().manual_seed(1)
+
+    def toks(k: int) -> list[int]:
+        return torch.randint(3, 40, (k,), generator=g).tolist()
+
+    p1, p2, p3 = toks(5), toks(9), toks(2)
+    seqs = [
+        _traj(p1, [(toks(4), True)]),
+        _traj(p1, [(toks(7), True)]),
+        _traj(p1, [(toks(3), True), (toks(3), False), (toks(2), True)]),  # policy, env feedback, policy
+        _traj(p2, [(toks(1), True)]),
+        _traj(p2, [(toks(6), True)]),
+        _traj(p3, [(toks(8), True)]),
+        _traj(p3, [(toks(2), True)]),
+    ]
+    return collate(seqs, [1.0] * len(seqs), PAD)
+
+
+def _plain(model, batch):
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    return token_logprobs(logits, batch.input_ids), token_entropy(logits.detach())
+
+
+def test_prompt_groups_match_equal_prompts():
+    batch = _batch()
+    assert batch.prompt_len.tolist() == [5, 5, 5, 9, 9, 2, 2]
+    assert prompt_groups(batch.input_ids, batch.prompt_len) == [0, 0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    "kind, extra",
+    [("llama", {}), ("llama", {"num_key_value_heads": 2, "tie_word_embeddings": True}), ("qwen2", {"num_key_value_heads": 2})],
+)
+def test_logprobs_entropy_and_gradients_match_the_plain_pass(kind, extra):
+    model = _model(kind, **extra)
+    batch = _batch()
+    mask = batch.loss_mask.float()
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2))
+
+    def grads(logp):
+        model.zero_grad()
+        (logp * mask * weights).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    plain_lp, plain_ent = _plain(model, batch)
+    plain_grads = grads(plain_lp)
+    shared_lp, shared_ent = forward_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.prompt_len, PAD, entropy=True
+    )
+    shared_grads = grads(shared_lp)
+    m = mask.bool()
+    assert m.sum() == 4 + 7 + 5 + 1 + 6 + 8 + 2  # every policy token is a target
+    torch.testing.assert_close(shared_lp[m], plain_lp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared_ent[m], plain_ent[m], atol=1e-5, rtol=1e-5)
+    prompt_targets = torch.arange(m.shape[1])[None] < batch.prompt_len[:, None] - 1
+    assert (shared_lp[prompt_targets] == 0).all()  # targets inside the prompts are not computed
+    for a, b in zip(shared_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_no_shared_prompt_runs_the_plain_pass():
+    model = _model("llama")
+    batch = _batch().select([0, 3, 5])  # one row per prompt
+    calls = []
+    handle = model.register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(kw["input_ids"].shape), with_kwargs=True
+    )
+    lp, _ = forward_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, PAD)
+    handle.remove()
+    assert calls == [batch.input_ids.shape]  # one full pass, no prompt pass
+    torch.testing.assert_close(lp, _plain(model, batch)[0])
+
+
+def test_prompts_run_once_per_group():
+    model = _model("llama")
+    batch = _batch()
+    calls = []
+    handle = model.register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(kw["input_ids"].shape), with_kwargs=True
+    )
+    forward_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, PAD)
+    handle.remove()
+    assert calls[0] == (3, 9)  # the three distinct prompts, padded to the longest
+    assert calls[1] == (7, 8)  # every row's continuation, padded to the longest (8 tokens)
