@@ -64,7 +64,11 @@ def test_prompt_groups_match_equal_prompts():
 
 @pytest.mark.parametrize(
     "kind, extra",
-    [("llama", {}), ("llama", {"num_key_value_heads": 2, "tie_word_embeddings": True}), ("qwen2", {"num_key_value_heads": 2})],
+    [
+        ("llama", {}),
+        ("llama", {"num_key_value_heads": 2, "tie_word_embeddings": True}),
+        ("qwen2", {"num_key_value_heads": 2}),
+    ],
 )
 def test_logprobs_entropy_and_gradients_match_the_plain_pass(kind, extra):
     model = _model(kind, **extra)
@@ -104,6 +108,19 @@ def test_no_shared_prompt_runs_the_plain_pass():
     handle.remove()
     assert calls == [batch.input_ids.shape]  # one full pass, no prompt pass
     torch.testing.assert_close(lp, _plain(model, batch)[0])
+
+
+def test_short_prompts_are_not_worth_a_second_pass():
+    model = _model("llama")
+    seqs = [_traj([5, 6], [(list(range(3, 3 + k)), True)]) for k in (20, 24)]  # 2 prompt tokens, 20+ sampled
+    batch = collate(seqs, [1.0, -1.0], PAD)
+    calls = []
+    handle = model.register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(kw["input_ids"].shape), with_kwargs=True
+    )
+    forward_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, PAD)
+    handle.remove()
+    assert calls == [(2, 26)]  # 1 x 2 + 2 x 24 = 50 padded tokens shared, against 52 plain: not worth it
 
 
 def test_prompts_run_once_per_group():
