@@ -191,13 +191,6 @@ class LlamaDecoder:
 
     def select(self, index: torch.Tensor) -> None:
         """Keep the rows in ``index`` (1-D long tensor), in that order; a repeated index copies its row."""
-        end = self.length
-
-        def take(buffer: torch.Tensor) -> torch.Tensor:  # copies only the filled slots, not the room after them
-            out = buffer.new_empty(len(index), *buffer.shape[1:])
-            out[:, :, :end] = buffer[:, :, :end].index_select(0, index)
-            return out
-
-        self.keys = [take(buffer) for buffer in self.keys]
-        self.values = [take(buffer) for buffer in self.values]
+        self.keys = [buffer.index_select(0, index) for buffer in self.keys]
+        self.values = [buffer.index_select(0, index) for buffer in self.values]
         self.valid = self.valid.index_select(0, index)
