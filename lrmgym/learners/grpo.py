@@ -18,6 +18,7 @@ Dr. GRPO (https://arxiv.org/abs/2503.20783); see :mod:`lrmgym.learners.losses` a
 from __future__ import annotations
 
 import copy
+import math
 import os
 import pathlib
 import signal
@@ -367,6 +368,7 @@ class GRPOTrainer:
                     status = "time_budget"
                     break
                 metrics = self.train_step()
+                bar.total = self.expected_steps()  # a time budget ends the run before `steps`: say when
                 bar.update(1)
                 bar.set_postfix(
                     reward=f"{metrics['reward/mean']:.3f}" if metrics["reward/mean"] is not None else "-",
@@ -410,6 +412,17 @@ class GRPOTrainer:
         done = self.progress()
         shape = 1.0 - done if cfg.lr_decay == "linear" else 0.5 * (1.0 + np.cos(np.pi * done))
         return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * float(shape)
+
+    def expected_steps(self) -> int:
+        """The steps this run will reach: ``steps``, or fewer where the time budget runs out first.
+
+        The time budget's share is estimated from the mean step time so far.
+        """
+        budget = self.cfg.time_budget_s
+        if budget is None or self.step == 0 or self.elapsed_s <= 0:
+            return self.cfg.steps
+        left = max(0.0, budget - self.elapsed_s) / (self.elapsed_s / self.step)
+        return min(self.cfg.steps, self.step + math.ceil(left))
 
     def _over_budget(self) -> bool:
         return self.cfg.time_budget_s is not None and self.elapsed_s >= self.cfg.time_budget_s

@@ -204,6 +204,17 @@ def test_linear_decay_follows_the_time_budget(tmp_path):
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.25e-3)  # time, not step 2/1000, leads
 
 
+def test_expected_steps_follow_the_time_budget(tmp_path):
+    trainer = _trainer(tmp_path, steps=1000, time_budget_s=100.0)
+    assert trainer.expected_steps() == 1000  # nothing measured yet
+    trainer.step, trainer.elapsed_s = 40, 20.0  # 0.5 s a step, 80 s left
+    assert trainer.expected_steps() == 200
+    trainer.cfg = trainer.cfg.model_copy(update={"steps": 150})
+    assert trainer.expected_steps() == 150
+    trainer.cfg = trainer.cfg.model_copy(update={"time_budget_s": None})
+    assert trainer.expected_steps() == 150
+
+
 def test_kl_is_measured_on_every_nth_step(tmp_path):
     trainer = _trainer(tmp_path, track_kl_every=2, drop_zero_advantage=False)
     kls = [trainer.train_step()["kl_ref"] for _ in range(3)]
