@@ -168,6 +168,7 @@ def test_the_default_model_ships_with_the_package(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the build alone takes ~7 minutes on one idle core
 def test_default_build_reproduces_the_shipped_weights(monkeypatch, tmp_path):
     """Rebuild the default model from scratch (about 7 minutes, 1 thread) and compare it with the shipped bytes."""
     import hashlib
