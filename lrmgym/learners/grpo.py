@@ -411,8 +411,8 @@ class GRPOTrainer:
             return 1.0
         # LambdaLR calls this after self.step and self.elapsed_s have advanced, i.e. for the coming update.
         done = self.progress()
-        shape = 1.0 - done if cfg.lr_decay == "linear" else 0.5 * (1.0 + np.cos(np.pi * done))
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * float(shape)
+        shape = 1.0 - done if cfg.lr_decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * done))
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
 
     def expected_steps(self) -> int:
         """The steps this run will reach: ``steps``, or fewer where the time budget runs out first.

@@ -82,26 +82,28 @@ def forward_logprobs(
         are computed.
     """
     n, width = input_ids.shape
+    lengths = attention_mask.sum(-1)
     owner = None if prompt_len is None or int(prompt_len.min()) < 1 else prompt_groups(input_ids, prompt_len)
-    if owner is None or not _worth_sharing(owner, prompt_len, attention_mask.sum(-1), width):
+    if owner is None or not _worth_sharing(owner, prompt_len, lengths, width):
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
         return token_logprobs(logits, input_ids), token_entropy(logits.detach()) if entropy else None
     device = input_ids.device
     plen = prompt_len.to(device)
     idx = torch.tensor(owner, device=device)
-    firsts = sorted({o: i for i, o in reversed(list(enumerate(owner)))}.items())  # (prompt, its first row)
-    rows_u = torch.tensor([i for _, i in firsts], device=device)
+    first_row: dict[int, int] = {}  # prompt -> its first row; prompts are numbered in first-seen order
+    for row, prompt in enumerate(owner):
+        first_row.setdefault(prompt, row)
+    rows_u = torch.tensor(list(first_row.values()), device=device)
     plen_u = plen[rows_u]
     width_p = int(plen_u.max())
     cols_p = torch.arange(width_p, device=device)
     pre_mask = (cols_p[None] < plen_u[:, None]).long()  # [U, P]
     prompts = torch.where(pre_mask.bool(), input_ids[rows_u, :width_p], pad_id)  # [U, P], right-padded
     out = model(input_ids=prompts, attention_mask=pre_mask, use_cache=True)
-    first = out.logits[torch.arange(len(firsts), device=device), plen_u - 1]  # [U, V]: predicts policy token 1
+    first = out.logits[torch.arange(len(first_row), device=device), plen_u - 1]  # [U, V]: predicts policy token 1
     cache = _select_rows(_output_cache(out), idx)
     cache_arg = _forward_kwargs(model)[0]  # "cache" in recent transformers, "past_key_values" before
 
-    lengths = attention_mask.sum(-1)
     cont_len = lengths - plen  # [N]
     width_c = int(cont_len.max())
     cols_c = torch.arange(width_c, device=device)
