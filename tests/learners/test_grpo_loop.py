@@ -219,3 +219,22 @@ def test_kl_is_measured_on_every_nth_step(tmp_path):
     trainer = _trainer(tmp_path, track_kl_every=2, drop_zero_advantage=False)
     kls = [trainer.train_step()["kl_ref"] for _ in range(3)]
     assert kls[0] is not None and kls[2] is not None and kls[1] is None
+
+
+def test_learner_thread_count_wins_over_the_policy_build(tmp_path, monkeypatch):
+    import torch
+    from learner_helpers import TinyTestPolicyConfig
+
+    original = TinyTestPolicyConfig.build
+
+    def build_and_set_threads(self):  # what the tiny policy's build does on an idle machine
+        torch.set_num_threads(2)
+        return original(self)
+
+    monkeypatch.setattr(TinyTestPolicyConfig, "build", build_and_set_threads)
+    before = torch.get_num_threads()
+    try:
+        _trainer(tmp_path, torch_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
