@@ -27,7 +27,7 @@ import torch
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.fastdecode import LlamaDecoder
 
-__all__ = ["SampledSequence", "filter_logits", "sample_batch", "sequence_logprobs"]
+__all__ = ["SampledSequence", "compaction_order", "filter_logits", "sample_batch", "sequence_logprobs"]
 
 
 @dataclass
@@ -198,12 +198,30 @@ def sample_batch(
         if not keep or len(out_ids[alive[keep[0]]]) >= sampling.max_new_tokens:
             break
         if len(keep) < len(alive):
-            index = torch.tensor(keep, dtype=torch.long, device=device)
+            order = compaction_order(keep, len(alive))
+            index = torch.tensor(order, dtype=torch.long, device=device)
             forward.select(index)
             token = token[index]
-            alive = [alive[i] for i in keep]
+            alive = [alive[i] for i in order]
         logits = forward.next(token)
     return [SampledSequence(out_ids[r], out_lp[r], reasons[r]) for r in range(batch)]
+
+
+def compaction_order(keep: Sequence[int], rows: int) -> list[int]:
+    """The rows to keep (``keep``, ascending, out of ``rows``) in an order that moves the fewest of them.
+
+    Rows already within the first ``len(keep)`` slots stay where they are; each slot there whose row finished
+    takes a kept row from beyond it. So dropping ``f`` finished rows moves at most ``f`` rows of the KV cache,
+    where keeping the original order moves every row after the first finished one.
+    """
+    n = len(keep)
+    kept = set(keep)
+    holes = [slot for slot in range(n) if slot not in kept]
+    movers = [row for row in keep if row >= n]  # as many as there are holes
+    order = list(range(n))
+    for slot, row in zip(holes, movers, strict=True):
+        order[slot] = row
+    return order
 
 
 def sequence_logprobs(

@@ -9,7 +9,7 @@ import transformers
 from lrmgym.policies import sampling as sampling_mod
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.fastdecode import LlamaDecoder
-from lrmgym.policies.sampling import sample_batch
+from lrmgym.policies.sampling import compaction_order, sample_batch
 
 COMMON = {
     "vocab_size": 50, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
@@ -55,14 +55,18 @@ def _left_padded(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torc
 def test_prefill_and_steps_match_model_forward(kind, extra):
     model = _model(kind, **extra)
     assert LlamaDecoder.build(model) is not None
-    prompts = [[3, 4, 5, 6, 7, 8], [9, 10], [11, 12, 13, 14]]
+    prompts = [[3, 4, 5, 6, 7, 8], [9, 10], [11, 12, 13, 14], [15], [16, 17, 18]]
     ids, att, pos = _left_padded(prompts, pad=0)
     seqs = [list(p) for p in prompts]
     gen = torch.Generator().manual_seed(1)
+    # Row changes between steps, as the sampler makes them: drop finished rows 0 and 2 (rows 3 and 4 move into
+    # their slots, in place), drop the middle row, then a general reorder (rebuilt with index_select).
+    changes = {1: compaction_order([1, 3, 4], 5), 2: compaction_order([0, 2], 3), 3: [1, 0]}
+    assert changes[1] == [3, 1, 4] and changes[2] == [0, 2]
     with torch.inference_mode():
         dec = LlamaDecoder.build(model)
         fast = dec.prefill(ids, att, pos, new=6)
-        alive = [0, 1, 2]
+        alive = [0, 1, 2, 3, 4]
         for step in range(5):
             # Reference: a full, uncached forward of each row's whole sequence (no padding at all).
             ref = torch.stack([model(input_ids=torch.tensor([seqs[r]])).logits[0, -1] for r in alive])
@@ -70,11 +74,12 @@ def test_prefill_and_steps_match_model_forward(kind, extra):
             token = torch.randint(1, 50, (len(alive),), generator=gen)
             for i, r in enumerate(alive):
                 seqs[r].append(int(token[i]))
-            if step == 2:  # drop the middle row, as the sampler does when a row finishes
-                keep = torch.tensor([0, 2])
+            if step in changes:
+                keep = torch.tensor(changes[step])
                 dec.select(keep)
                 token = token[keep]
-                alive = [alive[0], alive[2]]
+                alive = [alive[i] for i in changes[step]]
+                assert dec.keys[0].shape[0] == dec.valid.shape[0] == len(alive)
             positions = torch.tensor([len(seqs[r]) - 1 for r in alive])
             fast = dec.step(token, positions)
 
@@ -97,6 +102,26 @@ def test_sampler_gives_the_same_tokens_with_and_without_the_fast_path(monkeypatc
     for a, b in zip(fast, slow, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert all(len(s.token_ids) <= 12 for s in fast)
+
+
+def test_reused_buffers_do_not_leak_between_batches():
+    # The decoder keeps its CPU key/value storage for the next batch: a batch run after a larger one (whose
+    # stale keys fill that storage) and before a smaller one samples exactly what it samples first.
+    model = _model("llama", num_key_value_heads=2)
+    params = SamplingParams(temperature=1.0, max_new_tokens=10)
+    small = [[3, 4, 5], [6, 7, 8, 9, 10, 11], [12], [13, 14]] * 3
+
+    def run(prompts: list[list[int]], seed: int) -> list:
+        out = sample_batch(
+            model, prompts, params, eos_ids=[2], pad_id=0, generator=torch.Generator().manual_seed(seed)
+        )  # fmt: skip
+        return [(s.token_ids, s.finish_reason) for s in out]
+
+    first = run(small, 3)
+    run([[20 + i, 21, 22, 23, 24, 25, 26, 27] for i in range(10)] * 4, 4)  # longer prompts, more rows
+    assert run(small, 3) == first
+    run([[5]], 5)
+    assert run(small, 3) == first
 
 
 def test_the_decoder_follows_weight_updates():
