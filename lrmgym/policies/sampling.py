@@ -198,7 +198,7 @@ def sample_batch(
         if not keep or len(out_ids[alive[keep[0]]]) >= sampling.max_new_tokens:
             break
         if len(keep) < len(alive):
-            order = compaction_order(keep, len(alive))
+            order = compaction_order(keep)
             index = torch.tensor(order, dtype=torch.long, device=device)
             forward.select(index)
             token = token[index]
@@ -207,8 +207,8 @@ def sample_batch(
     return [SampledSequence(out_ids[r], out_lp[r], reasons[r]) for r in range(batch)]
 
 
-def compaction_order(keep: Sequence[int], rows: int) -> list[int]:
-    """The rows to keep (``keep``, ascending, out of ``rows``) in an order that moves the fewest of them.
+def compaction_order(keep: Sequence[int]) -> list[int]:
+    """The rows to keep (``keep``, ascending) in an order that moves the fewest of them.
 
     Rows already within the first ``len(keep)`` slots stay where they are; each slot there whose row finished
     takes a kept row from beyond it. So dropping ``f`` finished rows moves at most ``f`` rows of the KV cache,
