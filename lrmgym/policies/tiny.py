@@ -144,8 +144,8 @@ class TinyTrainConfig(BaseModel):
     steps: int = Field(2000, ge=1)
     """Optimiser steps. Held-out accuracy at T=1 (greedy) on `env=math` by recipe length, measured: 1400 steps
     32 % (44 %), 2000 steps 61 % (79 %), 2600 steps 77 %, 4000 steps 82 % (88 %). The default, 2000, leaves GRPO
-    the most to gain in 8 minutes of GRPO: with the same learner (16 tasks/step, 3e-4 cosine) +12.5 points at T=1 against
-    +11.1 from 1400 steps; with a constant 1e-4, +8.2 against +2.8 from 4000 steps
+    the most to gain in 8 minutes of training: with the same learner (16 tasks/step, 3e-4 cosine) +12.5 points at
+    T=1 against +11.1 from 1400 steps; with a constant 1e-4, +8.2 against +2.8 from 4000 steps
     (benchmarks/results/default_run.md)."""
     batch_size: int = Field(32, ge=1)
     """Sequences per step."""
