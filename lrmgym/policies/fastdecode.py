@@ -101,6 +101,7 @@ class LlamaDecoder:
         self.values: list[torch.Tensor] = []
         self.valid = torch.empty(0, 0, dtype=torch.bool)  # [b, L]: buffer slots a query may attend to
         self.length = 0
+        self._turn = 1  # which of the two kept CPU storages _buffers handed out last
 
     @classmethod
     def build(cls, model: Any) -> LlamaDecoder | None:
@@ -197,31 +198,32 @@ class LlamaDecoder:
     def select(self, index: torch.Tensor) -> None:
         """Keep the rows in ``index`` (1-D long tensor), in that order; a repeated index copies its row.
 
-        When ``index`` keeps every row of its length's prefix in place and fills the other slots of that prefix
-        from rows beyond it (what :func:`~lrmgym.policies.sampling.compaction_order` gives), only those rows
-        are copied, in place, and the buffers become views of that prefix. Rebuilding the buffers whenever a
-        row finished took 25 % of the sampler's time at 32 x 8 samples. Otherwise (the prompts' expansion to
-        their samples) new buffers are made, copying only the slots written so far.
+        New buffers are made, copying only the slots written so far (the prompts' expansion to their samples).
         """
-        order = index.tolist()
-        n = len(order)
-        moved = _prefix_moves(order, self.valid.shape[0])
-        if moved is not None:
-            if moved:
-                dst = torch.tensor(moved, dtype=torch.long, device=index.device)
-                src = index[dst]
-                for buffer in (*self.keys, *self.values, self.valid):
-                    buffer.index_copy_(0, dst, buffer.index_select(0, src))
-            self.keys = [buffer[:n] for buffer in self.keys]
-            self.values = [buffer[:n] for buffer in self.values]
-            self.valid = self.valid[:n]
-            return
         written = self.length
-        keys, values = self._buffers(self.keys[0], n, self.keys[0].shape[2])
+        keys, values = self._buffers(self.keys[0], len(index), self.keys[0].shape[2])
         for old, fresh in zip((*self.keys, *self.values), (*keys, *values), strict=True):
             torch.index_select(old[:, :, :written], 0, index, out=fresh[:, :, :written])
         self.keys, self.values = keys, values
         self.valid = self.valid.index_select(0, index)
+
+    def drop(self, order: list[int]) -> None:
+        """Keep ``len(order)`` rows in the order of :func:`~lrmgym.policies.sampling.compaction_order`.
+
+        Slot ``j`` keeps row ``j`` or takes a row from beyond the kept prefix, so only those rows are copied, in
+        place, and the buffers become views of the prefix. Rebuilding the buffers whenever a row finished took
+        25 % of the sampler's time at 32 x 8 samples.
+        """
+        moved = [j for j, row in enumerate(order) if row != j]
+        if moved:
+            dst = torch.tensor(moved, dtype=torch.long, device=self.valid.device)
+            src = torch.tensor([order[j] for j in moved], dtype=torch.long, device=self.valid.device)
+            for buffer in (*self.keys, *self.values, self.valid):
+                buffer.index_copy_(0, dst, buffer.index_select(0, src))
+        n = len(order)
+        self.keys = [buffer[:n] for buffer in self.keys]
+        self.values = [buffer[:n] for buffer in self.values]
+        self.valid = self.valid[:n]
 
     def _buffers(self, like: torch.Tensor, rows: int, slots: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Uninitialised key and value buffers ``[rows, K, slots, D]`` per layer.
@@ -235,7 +237,7 @@ class LlamaDecoder:
         count = 2 * len(self.layers)
         numel = math.prod(shape)
         if like.device.type == "cpu" and count * numel * like.element_size() <= _KEEP_BYTES:
-            self._turn = 1 - getattr(self, "_turn", 1)
+            self._turn = 1 - self._turn
             kept = getattr(_KEPT, "storages", None) or [like.new_empty(0), like.new_empty(0)]
             _KEPT.storages = kept
             if kept[self._turn].numel() < count * numel or kept[self._turn].dtype != like.dtype:
@@ -244,15 +246,3 @@ class LlamaDecoder:
         else:
             flat = like.new_empty(count, *shape)
         return list(flat[: len(self.layers)].unbind(0)), list(flat[len(self.layers) :].unbind(0))
-
-
-def _prefix_moves(order: list[int], rows: int) -> list[int] | None:
-    """The slots that take another row, if ``order`` (out of ``rows``) only fills its prefix's gaps; else None.
-
-    That is: distinct rows, each slot ``j < len(order)`` holding row ``j`` itself or a row ``>= len(order)``.
-    """
-    n = len(order)
-    if n == 0 or n > rows or len(set(order)) != n or max(order) >= rows:
-        return None
-    moved = [j for j, row in enumerate(order) if row != j]
-    return moved if all(order[j] >= n for j in moved) else None

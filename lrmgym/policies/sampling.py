@@ -118,6 +118,16 @@ class _Forward:
         else:
             self.cache.batch_select_indices(index)
 
+    def drop(self, order: list[int]) -> torch.Tensor:
+        """Keep the rows of :func:`compaction_order`'s ``order``; returns it as an index for the caller's tensors."""
+        index = torch.tensor(order, dtype=torch.long, device=self.positions.device)
+        if self.fast is None:
+            self.select(index)
+            return index
+        self.positions, self.attention = self.positions[index], self.attention[index]
+        self.fast.drop(order)
+        return index
+
     def _model(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=ids, attention_mask=self.attention, position_ids=positions, use_cache=True,
                          **{self.cache_arg: self.cache}, **self.extra)  # fmt: skip
@@ -199,9 +209,7 @@ def sample_batch(
             break
         if len(keep) < len(alive):
             order = compaction_order(keep)
-            index = torch.tensor(order, dtype=torch.long, device=device)
-            forward.select(index)
-            token = token[index]
+            token = token[forward.drop(order)]
             alive = [alive[i] for i in order]
         logits = forward.next(token)
     return [SampledSequence(out_ids[r], out_lp[r], reasons[r]) for r in range(batch)]
