@@ -6,26 +6,42 @@ only and must not import :mod:`lrmgym`. The trusted parent (:mod:`lrmgym.envs.co
 Why two processes (hand-written, because no library offers this split): when the unit tests run in the
 same interpreter as the candidate's code, the candidate can forge a pass (``sys.exit(0)`` before the tests,
 an object whose ``__eq__`` is always true, rebinding builtins, monkeypatching the harness, or reading a
-secret from memory). Here the harness process ``H`` never executes candidate code:
+secret from memory). Here the harness process ``H`` never executes candidate code, nor anything named or
+shaped by candidate data:
 
 1. ``H`` reads the first message (the candidate program) from stdin, forks the candidate process ``C``,
    and only then reads the second message (the tests), so ``C``'s memory never held the tests.
 2. ``C`` closes stdin and the result channel (``H``'s stdout), sends its stdout/stderr into a capped pipe,
    executes the program, and then serves remote calls: ``H`` calls the candidate's functions over a pipe and
-   receives **plain data only** (``marshal`` of builtin types, validated), or opaque handles for other objects.
-3. ``H`` evaluates every ``assert`` itself with its own builtins, so comparisons run on values ``H`` built.
-   ``H`` is made non-dumpable, so ``C`` (same uid, no capabilities) can neither ptrace it nor open
+   receives **plain data only** (``marshal`` of builtin scalars and containers, validated, capped in size
+   and count), or opaque handles for every other object (modules included: ``H`` never imports a name the
+   candidate chose, so no module's import-time code, such as ``unittest.__main__``'s test discovery in the
+   writable work dir, runs in ``H``).
+3. ``H`` evaluates every ``assert`` itself, in a namespace of ``H``'s builtins, the trusted prelude and only
+   the candidate's entry points (a candidate's ``abs`` or ``sorted`` changes nothing the tests compute), so
+   comparisons run on values ``H`` built. Exceptions rebuilt from ``C`` keep an ordinary builtin type
+   (tests may expect ``ValueError``) but never a control-flow one (``StopIteration`` would end a ``map``
+   early). A timeout, crash or protocol violation of ``C`` is a ``BaseException`` that stays raised, so a
+   test's ``except`` clause cannot turn it into a pass. ``H`` imports lazily only from ``sys.path`` folders
+   it cannot write (:func:`_trusted_path`).
+4. ``H`` is made non-dumpable, so ``C`` (same uid, no capabilities) can neither ptrace it nor open
    ``/proc/<H>/fd/1`` or ``/proc/<H>/mem``. Killing ``H`` yields no result, which the parent scores 0.
-4. ``H`` writes the only result line, after the tests ran, to its stdout, which ``C`` does not hold.
+5. Stdio mode: ``H`` forks a zygote ``Z`` before it reads the cases; for each case ``Z`` forks a fresh ``C``
+   whose fds 0-2 are that case's pipes (passed by ``H`` over a Unix socket), so a ``C`` holds its own stdin
+   and nothing else. Expected outputs never enter the sandbox: ``H`` returns what each case printed and
+   the parent compares.
+6. ``H`` writes the only result record, after the tests ran, to its stdout, which ``C`` does not hold. The
+   parent still believes no count in it (:func:`lrmgym.envs.code.sandbox._decode_report`).
 
 Wire format from the parent: two frames, each an 8-byte big-endian length then a ``marshal`` payload
-(not JSON: importing ``json`` pulls in ``re`` and ``enum`` and costs more than the rest of the harness).
-Frame 1: ``{"code", "mode": "call"|"stdio", "deadline_s", "out_cap", "limits": {name: value}}``.
-Frame 2: ``{"units": [{"src", "test"}...], "prelude", "bind": {alias: name}, "cases": [{"stdin", "stdout"}]}``.
+(trusted data; not JSON: importing ``json`` pulls in ``re`` and ``enum`` and costs more than the rest of
+the harness). Frame 1: ``{"code", "mode": "call"|"stdio", "entry": [names], "deadline_s", "out_cap",
+"limits": {name: value}}``. Frame 2: call mode ``{"units": [{"src", "test"}...], "prelude", "bind": {alias:
+name}}``, stdio mode ``{"stdins": [str...]}``.
 The harness writes ``LRMGYM-HARNESS-START`` on stdout once frame 1 has arrived (a pre-started harness
 waits for it with its imports done; no marker means the sandbox died before it had a job).
-Result (stdout): the line ``LRMGYM-RESULT``, an 8-byte length, then a marshalled dict with ``status``,
-``passed``, ``total``, per-test ``results`` and the candidate's captured ``output`` (truncated).
+Result (stdout): the line ``LRMGYM-RESULT``, an 8-byte length, then the flat record of
+:func:`_pack_report` (status, error, captured output, per-test results or per-case outputs).
 """
 
 import builtins
@@ -37,7 +53,7 @@ import sys
 import time
 
 _REF, _ITER, _FRAC, _DEC = "\x00lrm-ref", "\x00lrm-iter", "\x00lrm-frac", "\x00lrm-dec"
-_RANGE, _MOD, _BUILTIN = "\x00lrm-range", "\x00lrm-mod", "\x00lrm-builtin"
+_RANGE, _BUILTIN = "\x00lrm-range", "\x00lrm-builtin"
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 _MAX_MSG = 32 << 20  # largest reply H accepts from C
@@ -45,8 +61,10 @@ _MAX_ITEMS = 1_000_000  # most values H decodes from one reply
 _ITER_CAP = 100_000  # most items C materializes from an iterator result
 _SIGKILL = 9  # not signal.SIGKILL: importing `signal` imports `enum`, a large share of the start-up time
 _MAX_GLOBAL = 1 << 16  # globals whose data is larger are sent as handles
-# Standard-library modules H never imports on the candidate's behalf (side effects on import).
-_NO_IMPORT = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "webbrowser", "pydoc"}
+# Builtin exceptions that steer the tests' control flow when raised inside them: a StopIteration from a
+# call inside ``map``/``filter``/``zip`` ends the iteration, so ``all(map(candidate, xs))`` would be true.
+# A candidate raising one is rebuilt as a plain CandidateError.
+_CONTROL_FLOW = {"StopIteration", "StopAsyncIteration"}
 _ERR_TAIL = 300  # characters kept from an error message
 
 
@@ -100,8 +118,6 @@ def _c_encode(v, refs, depth=0):
         return (_DEC, str(v))
     if t is range:
         return (_RANGE, v.start, v.stop, v.step)
-    if t is type(sys):
-        return (_MOD, v.__name__)
     if hasattr(t, "__next__") and hasattr(t, "__iter__"):  # generator, map, zip...: materialize
         items = []
         for x in v:
@@ -138,6 +154,22 @@ def _close_fds_except(*keep):
     os.closerange(low, 256)
 
 
+def _fork(deadline):
+    """``os.fork``, retried while the uid is at ``RLIMIT_NPROC``.
+
+    Kernels that count ``RLIMIT_NPROC`` per host uid (older ones; recent ones count per user namespace)
+    also count the tasks of the slot's previous sandbox, killed but maybe not yet reaped, when a
+    pre-started harness forks C at once. In stdio mode, an earlier case's leftovers in this sandbox.
+    """
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise _Abort("timeout") from None
+            time.sleep(0.002)
+
+
 def _candidate(job, rpc_in, rpc_out, out_w):
     """Body of process C: run the candidate program, then serve H's remote calls. Never returns."""
     os.dup2(out_w, 1)
@@ -153,9 +185,10 @@ def _candidate(job, rpc_in, rpc_out, out_w):
     try:
         exec(compile(job["code"], "solution.py", "exec"), ns)
         names = {}
-        for k, v in ns.items():
-            if k.startswith("__"):
+        for k in job["entry"]:  # only the entry points: no other candidate name reaches the tests
+            if k not in ns:
                 continue
+            v = ns[k]
             enc = _c_encode(v, refs)
             if type(enc) in _CONTAINERS and len(marshal.dumps(enc)) > _MAX_GLOBAL:
                 refs.append(v)  # a big global table stays in C; the tests get a handle
@@ -211,55 +244,75 @@ class Harness:
         self.output_bytes = 0
         self.status = "ok"
         self.error = ""
+        self.aborted = None  # the status of the first _Abort: every later call raises it again
+        self.zygote = self.zygote_pid = None
         self.pid = None
         self.out_open = False
         self._stdin_fd = None
         self._stdin_left = memoryview(b"")
 
     # -- process C
-    def spawn(self, stdin_data=None):
-        """Fork C (``stdin_data`` given: stdio mode, else the call server), wiring its pipes."""
+    def spawn(self):
+        """Fork C, the call server, wiring its pipes (call mode)."""
         rpc_req_r, rpc_req_w = os.pipe()
         rpc_rep_r, rpc_rep_w = os.pipe()
         out_r, out_w = os.pipe()
-        in_r, in_w = os.pipe() if stdin_data is not None else (None, None)
-        pid = self._fork()
+        pid = _fork(self.deadline)
         if pid == 0:  # C
             try:
                 os.setsid()  # C's own process group: H kills it as a group
-                if in_r is not None:
-                    os.dup2(in_r, 0)
-                    os.close(in_r)
-                for fd in (rpc_req_w, rpc_rep_r, out_r, in_w):
-                    if fd is not None:
-                        os.close(fd)
-                if in_r is not None:
-                    sys.stdin = open(0, closefd=False)
-                    _candidate_stdio(self.job, out_w)
+                for fd in (rpc_req_w, rpc_rep_r, out_r):
+                    os.close(fd)
                 _candidate(self.job, rpc_req_r, rpc_rep_w, out_w)
             finally:
                 os._exit(1)
-        for fd in (rpc_req_r, rpc_rep_w, out_w, in_r):
-            if fd is not None:
-                os.close(fd)
+        for fd in (rpc_req_r, rpc_rep_w, out_w):
+            os.close(fd)
         self.pid, self.req_w, self.rep_r, self.out_r, self.out_open = pid, rpc_req_w, rpc_rep_r, out_r, True
-        if in_w is not None:
-            self._feed_stdin(in_w, stdin_data.encode("utf-8", "surrogatepass"))
 
-    def _fork(self):
-        """``os.fork``, retried while the uid is at ``RLIMIT_NPROC``.
+    def start_zygote(self):
+        """Stdio mode: fork Z before the cases are read; Z forks each case's C, so no C ever held a case."""
+        import _socket
 
-        Kernels that count ``RLIMIT_NPROC`` per host uid (older ones; recent ones count per user namespace)
-        also count the tasks of the slot's previous sandbox, killed but maybe not yet reaped, when a
-        pre-started harness forks C at once. In stdio mode, an earlier case's leftovers in this sandbox.
-        """
-        while True:
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        pid = _fork(self.deadline)
+        if pid == 0:  # Z
             try:
-                return os.fork()
-            except BlockingIOError:
-                if time.monotonic() >= self.deadline:
-                    raise _Abort("timeout") from None
-                time.sleep(0.002)
+                ours.close()
+                _zygote(self.job, theirs)
+            finally:
+                os._exit(1)
+        theirs.close()
+        self.zygote, self.zygote_pid = ours, pid
+
+    def spawn_case(self, stdin_data):
+        """Stdio mode: have Z fork a fresh C whose stdin is a pipe fed with ``stdin_data`` (and nothing else)."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            self.zygote.sendmsg([b"C"], [(_SOL_SOCKET, _SCM_RIGHTS, _fd_bytes(in_r, out_w))])
+        except OSError:
+            raise _Abort("crash") from None
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+        self.pid = int.from_bytes(self._zygote_reply(8), "big")
+        self.req_w, self.rep_r, self.out_r, self.out_open = -1, -1, out_r, True
+        self._feed_stdin(in_w, stdin_data.encode("utf-8", "surrogatepass"))
+
+    def _zygote_reply(self, n):
+        buf = b""
+        fd = self.zygote.fileno()
+        while len(buf) < n:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise _Abort("timeout")
+            if select.select([fd], [], [], left)[0]:
+                b = os.read(fd, n - len(buf))
+                if not b:
+                    raise _Abort("crash")  # Z was killed (by a candidate: same uid)
+                buf += b
+        return buf
 
     def _feed_stdin(self, fd, data):
         os.set_blocking(fd, False)
@@ -298,10 +351,14 @@ class Harness:
             except OSError:
                 pass
         for fd in (self.req_w, self.rep_r, self.out_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        if self._stdin_fd is not None:
+            os.close(self._stdin_fd)
+            self._stdin_fd = None
         self.pid = None
 
     def _drain_output(self):
@@ -350,7 +407,7 @@ class Harness:
                     else:
                         try:
                             return _h_validate(marshal.loads(bytes(buf)))
-                        except (ValueError, EOFError, TypeError):
+                        except Exception:  # noqa: BLE001 - any failure to decode C's data (MemoryError too)
                             raise _Abort("protocol") from None
 
     def wait_exit(self):
@@ -369,6 +426,8 @@ class Harness:
     # -- remote objects
     def call(self, op, ref, *args):
         """One remote operation on C's object ``ref``; returns H-built data or raises the rebuilt exception."""
+        if self.aborted is not None:
+            raise _Abort(self.aborted)
         if self.pid is None:
             raise CandidateError("the candidate process is gone")
         try:
@@ -377,19 +436,27 @@ class Harness:
         except ValueError:
             raise TypeError("argument cannot be sent to the candidate (only plain data and its own objects)") from None
         try:
-            _send(self.req_w, message)
-        except OSError:
-            raise _Abort("crash") from None
-        reply = self.recv()
-        if reply[0] == "ok":
-            return _h_decode(reply[1], self)
-        if reply[0] == "exc":
-            raise _exception(reply[1], reply[2])
-        raise _Abort("protocol")
+            try:
+                _send(self.req_w, message)
+            except OSError:
+                raise _Abort("crash") from None
+            reply = self.recv()
+            if reply[0] == "ok" and len(reply) == 2:
+                return _h_decode(reply[1], self)
+            if reply[0] == "exc" and len(reply) == 3:
+                raise _exception(reply[1], reply[2])
+            raise _Abort("protocol")
+        except _Abort as abort:
+            self.aborted = abort.status
+            raise
 
 
-class _Abort(Exception):
-    """H stops talking to C: timeout, output cap, crash or protocol violation."""
+class _Abort(BaseException):
+    """H stops talking to C: timeout, output cap, crash or protocol violation.
+
+    A ``BaseException``, so that a test's ``except Exception`` cannot swallow it; and sticky (see
+    :meth:`Harness.call`), so that a bare ``except:`` in a test cannot either.
+    """
 
     def __init__(self, status):
         super().__init__(status)
@@ -435,8 +502,12 @@ class Remote:
 
 
 def _exception(name, msg):
-    """Rebuild the candidate's exception in H: a builtin exception type by name, else CandidateError."""
-    cls = getattr(builtins, name, None)
+    """Rebuild the candidate's exception in H: a builtin exception type by name, else CandidateError.
+
+    Only ordinary errors keep their type (tests may expect ``ValueError``); an assertion error, a
+    control-flow exception (:data:`_CONTROL_FLOW`) or a ``BaseException`` becomes a CandidateError.
+    """
+    cls = getattr(builtins, name, None) if type(name) is str and name not in _CONTROL_FLOW else None
     if isinstance(cls, type) and issubclass(cls, Exception) and cls is not AssertionError:
         try:
             return cls(msg)
@@ -503,17 +574,6 @@ def _h_decode(v, h):
             import decimal
 
             return decimal.Decimal(v[1])
-        if tag == _MOD and len(v) == 2 and type(v[1]) is str:
-            # A module the solution imported: the tests get H's own copy of a standard-library module only.
-            top = v[1].partition(".")[0]
-            if top in sys.stdlib_module_names and top not in _NO_IMPORT:
-                import importlib
-
-                try:
-                    return importlib.import_module(v[1])
-                except Exception:  # noqa: BLE001 - a module this interpreter cannot import
-                    pass
-            return _Missing(v[1])
         if tag == _RANGE and len(v) == 4 and all(type(x) is int for x in v[1:]) and v[3] != 0:
             return range(v[1], v[2], v[3])
         raise _Abort("protocol")
@@ -524,11 +584,61 @@ def _h_decode(v, h):
     return v
 
 
-def _candidate_stdio(job, out_w):
-    """Body of C in stdio mode: run the program as ``__main__`` with the case's stdin. Never returns."""
-    os.dup2(out_w, 1)
-    os.dup2(out_w, 2)
-    _close_fds_except()
+_SOL_SOCKET, _SCM_RIGHTS, _INT = 1, 1, 4  # Linux values (importing `socket` costs enum's start-up)
+
+
+def _fd_bytes(*fds):
+    return b"".join(fd.to_bytes(_INT, sys.byteorder) for fd in fds)
+
+
+def _zygote(job, sock):
+    """Body of Z (stdio mode). Never returns.
+
+    Z is forked before H reads the cases and runs no candidate code. For each case H sends it the two
+    case pipe ends (the stdin read end, the output write end) over a Unix socket; Z forks C with exactly
+    those as fds 0, 1 and 2 and replies with C's pid. So each C's memory holds the program and its own
+    stdin, never another case or any expected output (those never enter the sandbox: the parent compares).
+    """
+    import _socket
+
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    _close_fds_except(sock.fileno())
+    space = _socket.CMSG_SPACE(2 * _INT)
+    deadline = time.monotonic() + float(job["deadline_s"])
+    while True:
+        try:
+            data, anc, _, _ = sock.recvmsg(1, space)
+        except OSError:
+            os._exit(0)
+        fds = [int.from_bytes(d[k : k + _INT], sys.byteorder) for _, _, d in anc for k in range(0, len(d), _INT)]
+        if data != b"C" or len(fds) != 2:
+            os._exit(0)
+        pid = _fork(deadline)
+        if pid == 0:  # C
+            try:
+                os.setsid()
+                os.dup2(fds[0], 0)
+                os.dup2(fds[1], 1)
+                os.dup2(fds[1], 2)
+                _close_fds_except()
+                _candidate_stdio(job)
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+        sock.send(pid.to_bytes(8, "big"))
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def _candidate_stdio(job):
+    """Body of C in stdio mode (fds 0-2 wired by Z): run the program as ``__main__``. Never returns."""
+    sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", buffering=1 << 16, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     code = 0
@@ -548,13 +658,6 @@ def _candidate_stdio(job, out_w):
     os._exit(code)
 
 
-def _normalize(text):
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines)
-
-
 class _Missing:
     """Stands for a name the tests expect but the candidate did not define; any use fails the test."""
 
@@ -569,15 +672,16 @@ class _Missing:
         raise NameError(f"name {self.name!r} is not defined by the solution")
 
 
-def _run_stdio_mode(h, tests, results):
-    for case in tests["cases"]:
-        h.spawn(stdin_data=case["stdin"])
+def _run_stdio_mode(h, stdins, outputs):
+    """Run each case in a fresh C; record what it printed (the parent compares it with the expected output)."""
+    for data in stdins:
+        h.spawn_case(data)
         start = len(h.output)
-        h.wait_exit()
-        got = bytes(h.output[start:]).decode("utf-8", "replace")
+        try:
+            h.wait_exit()
+        finally:
+            outputs.append(bytes(h.output[start:]).decode("utf-8", "replace"))
         h.kill()
-        ok = _normalize(got) == _normalize(case["stdout"])
-        results.append([ok, "" if ok else "wrong output"])
 
 
 def _set_limits(limits):
@@ -640,6 +744,51 @@ def _private_filesystem(hide, tmpfs_bytes):
         raise OSError(f"capabilities remain after dropping them: {caps}")
 
 
+def _trusted_path():
+    """Keep on ``sys.path`` only folders this process cannot write, checked after every privilege is gone.
+
+    H imports a few standard-library modules lazily (``fractions``, ``decimal``) after C has run; a folder on
+    the path that the candidate (same uid) could write would let it plant one. With bubblewrap the whole
+    root is read-only and nothing is dropped; without isolation (``process`` backend, a user's own writable
+    interpreter) the lazy imports may then fail, which fails those values' tests, never passes them.
+    """
+    keep = []
+    for entry in sys.path:
+        if not entry:
+            continue
+        if os.access(entry, os.W_OK) or os.access(os.path.join(entry, "__pycache__"), os.W_OK):
+            continue
+        keep.append(entry)
+    sys.path[:] = keep
+
+
+def _put_str(parts, text):
+    data = text.encode("utf-8", "replace")
+    parts.append(len(data).to_bytes(4, "big"))
+    parts.append(data)
+
+
+def _pack_report(h, results, outputs):
+    """The result record: a flat, fixed-order binary format the parent parses with bounded allocation.
+
+    ``"R1"``, then status, error and output (each a 4-byte length and UTF-8), output_bytes (8 bytes), the
+    per-test results (4-byte count, then a flag byte and a message each), the per-case outputs (4-byte
+    count, then a text each). Not ``marshal``: its decoder allocates what the bytes claim, not what they hold.
+    """
+    parts = [b"R1"]
+    for text in (h.status, h.error, bytes(h.output).decode("utf-8", "replace")):
+        _put_str(parts, text)
+    parts.append(min(h.output_bytes, (1 << 63) - 1).to_bytes(8, "big"))
+    parts.append(len(results).to_bytes(4, "big"))
+    for ok, msg in results:
+        parts.append(b"\x01" if ok is True else b"\x00")
+        _put_str(parts, msg)
+    parts.append(len(outputs).to_bytes(4, "big"))
+    for text in outputs:
+        _put_str(parts, text)
+    return b"".join(parts)
+
+
 def main():
     """Run one job: read the frames, grade, write the one result record on the result channel."""
     out = os.fdopen(os.dup(1), "wb")
@@ -652,42 +801,34 @@ def main():
     if job.get("hide"):
         _private_filesystem(job["hide"], int(job["tmpfs_bytes"]))
         _non_dumpable()
+    _trusted_path()
     _set_limits(job.get("limits", {}))
     h = Harness(job)
-    results = []
-    tests = None
+    results, outputs = [], []
+    total = 0
     try:
         if job["mode"] == "call":
             # Fork C before reading the tests, so C's copy of memory never contains them.
             h.spawn()
             tests = _read_frame(0)
+            total = sum(1 for u in tests["units"] if u["test"])
             _run_call_mode(h, tests, results)
         else:
+            h.start_zygote()
             tests = _read_frame(0)
-            _run_stdio_mode(h, tests, results)
+            _run_stdio_mode(h, tests["stdins"], outputs)
     except _Abort as abort:
         h.status = abort.status
     finally:
         h.kill(wait=False)
-    if tests is None:
-        total = 0
-    elif job["mode"] == "call":
-        total = sum(1 for u in tests["units"] if u["test"])
-    else:
-        total = len(tests["cases"])
+        if h.zygote_pid is not None:
+            try:
+                os.kill(h.zygote_pid, _SIGKILL)
+            except OSError:
+                pass
     while len(results) < total:
         results.append([False, f"not run ({h.status})"])
-    passed = sum(1 for ok, _ in results if ok)
-    report = {
-        "status": h.status,
-        "passed": passed,
-        "total": total,
-        "results": results,
-        "error": h.error,
-        "output": bytes(h.output).decode("utf-8", "replace"),
-        "output_bytes": h.output_bytes,
-    }
-    data = marshal.dumps(report)
+    data = _pack_report(h, results, outputs)
     out.write(b"LRMGYM-RESULT\n" + len(data).to_bytes(8, "big") + data)
     out.flush()
     os._exit(0)  # nothing left to do: skip the interpreter's clean-up
@@ -705,14 +846,24 @@ def _run_call_mode(h, tests, results):
 
 
 def _bind_and_run(h, names, tests, results):
+    """Run the test units in H's own namespace.
+
+    The namespace holds H's builtins (a candidate that defines ``abs`` or ``sorted`` changes nothing the
+    tests compute), the trusted prelude's names, and of the candidate only its entry points
+    (``job["entry"]``; the parent derives them from the tests' free names and the aliases).
+    """
     ns = {"__name__": "__tests__", "__builtins__": builtins}
     for name, entry in names.items():
         if type(name) is not str or type(entry) is not tuple or len(entry) != 2 or entry[0] != "data":
+            raise _Abort("protocol")
+        if name not in h.job["entry"]:
             raise _Abort("protocol")
         value = _h_decode(entry[1], h)
         if type(value) is Remote:
             object.__setattr__(value, "_label", name)
         ns[name] = value
+    for name in h.job["entry"]:
+        ns.setdefault(name, _Missing(name))
     for alias, name in tests.get("bind", {}).items():
         ns[alias] = ns.get(name, _Missing(name))
     broken = None
@@ -723,6 +874,8 @@ def _bind_and_run(h, names, tests, results):
             raise
         except BaseException as exc:  # noqa: BLE001 - setup that calls candidate code may fail
             broken = f"setup failed: {type(exc).__name__}: {str(exc)[:_ERR_TAIL]}"
+        if h.aborted is not None:
+            raise _Abort(h.aborted)
     for unit in tests["units"]:
         if broken is not None:
             if unit["test"]:
@@ -730,11 +883,15 @@ def _bind_and_run(h, names, tests, results):
             continue
         try:
             exec(compile(unit["src"], "tests.py", "exec"), ns)
+            if h.aborted is not None:  # a bare ``except:`` in the test swallowed the abort
+                raise _Abort(h.aborted)
             if unit["test"]:
                 results.append([True, ""])
         except _Abort:
             raise
         except BaseException as exc:  # noqa: BLE001 - a test failing in any way is a failed test
+            if h.aborted is not None:
+                raise _Abort(h.aborted) from None
             msg = f"{type(exc).__name__}: {str(exc)[:_ERR_TAIL]}"
             if unit["test"]:
                 results.append([False, msg])

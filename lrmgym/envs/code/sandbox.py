@@ -42,8 +42,10 @@ The sync API (:meth:`SandboxPool.run`, :meth:`SandboxPool.run_many`) and the asy
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import atexit
+import builtins
 import concurrent.futures
 import dataclasses
 import logging
@@ -73,6 +75,7 @@ __all__ = [
     "SandboxError",
     "SandboxPool",
     "detect_backend",
+    "entry_points",
 ]
 
 logger = logging.getLogger("lrmgym.code.sandbox")
@@ -153,8 +156,12 @@ class Job:
             ``test=False`` marks setup statements. Each test unit is one test.
         prelude: Trusted code run in the tests' namespace after the candidate's names are bound.
         bind: Extra names for the tests: alias -> name defined by the candidate (``{"candidate": "f"}``).
-        cases: For ``mode="stdio"``: ``{"stdin": str, "stdout": str}`` cases, one test each.
+        cases: For ``mode="stdio"``: ``{"stdin": str, "stdout": str}`` cases, one test each. Only the stdins
+            enter the sandbox; the expected outputs stay here and are compared here.
         mode: ``"call"`` (assert-based tests evaluated by the harness) or ``"stdio"`` (compare stdout).
+        entry: The candidate's names the tests may use (its entry points). Default: the aliases' targets
+            and every name the tests and prelude use without binding it that is not a builtin
+            (:func:`entry_points`). No other name of the candidate reaches the tests' namespace.
     """
 
     code: str
@@ -163,11 +170,64 @@ class Job:
     bind: dict[str, str] = field(default_factory=dict)
     cases: tuple[dict[str, str], ...] = ()
     mode: Literal["call", "stdio"] = "call"
+    entry: tuple[str, ...] | None = None
+
+    @property
+    def entry_names(self) -> tuple[str, ...]:
+        """The candidate names bound into the tests' namespace (see ``entry``)."""
+        if self.entry is not None:
+            return tuple(self.entry)
+        return entry_points([u["src"] for u in self.units], self.prelude, self.bind)
 
     @property
     def n_tests(self) -> int:
         """How many tests the job has."""
         return len(self.cases) if self.mode == "stdio" else sum(1 for u in self.units if u["test"])
+
+
+def entry_points(sources: Sequence[str], prelude: str = "", bind: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The names test code takes from the candidate: free names that are not builtins, plus alias targets.
+
+    A name counts as free when some statement loads it and no statement of the tests or the prelude binds
+    it anywhere (assignment, ``def``, ``class``, ``import``, argument, loop or ``with`` target...). This
+    over-binds nothing: a name the tests define themselves, or a builtin, always resolves to the trusted
+    one, so a candidate that defines ``abs`` or ``sorted`` cannot change what an assert computes.
+    """
+    loaded: dict[str, None] = {}
+    bound: set[str] = set()
+    for src in [prelude, *sources]:
+        if not src:
+            continue
+        try:
+            tree = ast.parse(src)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # the harness reports the unit's syntax error as a failed test
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    loaded.setdefault(node.id)
+                else:
+                    bound.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).partition(".")[0])
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound.update(node.names)
+            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                bound.add(node.rest)
+    aliases = dict(bind or {})
+    free = [n for n in loaded if n not in bound and n not in _BUILTIN_NAMES and n not in aliases]
+    return tuple(dict.fromkeys([*aliases.values(), *free]))
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -548,13 +608,17 @@ class SandboxPool:
         first = {
             "code": job.code,
             "mode": job.mode,
+            "entry": list(job.entry_names) if job.mode == "call" else [],
             "deadline_s": limits.timeout_s,
             "out_cap": limits.output_bytes,
             "limits": limits.rlimits(0 if _is_root() else _tasks_of_uid(os.getuid())),
         }
         if self.backend == "unshare":
             first.update(hide=self._hidden_folders(), tmpfs_bytes=limits.tmpfs_mb << 20)
-        second = {"units": list(job.units), "prelude": job.prelude, "bind": job.bind, "cases": list(job.cases)}
+        if job.mode == "stdio":
+            second: dict[str, Any] = {"stdins": [c["stdin"] for c in job.cases]}  # expected outputs stay here
+        else:
+            second = {"units": list(job.units), "prelude": job.prelude, "bind": job.bind}
         out = b""
         for frame in (first, second):
             data = marshal.dumps(frame)
@@ -705,25 +769,42 @@ class SandboxPool:
             _kill_uid(uid)
 
     def _parse(self, job: Job, out: bytes, err: bytes, hard_timeout: bool, wall: float) -> ExecResult:
+        """Turn the harness's record into a result, believing nothing in it that can be checked here.
+
+        The record is parsed by :func:`_decode_report` (bounded, schema-checked). Counts are not read from
+        it: ``total`` is the job's own test count, ``passed`` is counted here from per-test flags whose
+        number must equal it, and stdio outputs are compared here with expected outputs the sandbox never
+        saw. A record that claims a status only this side can see (``infra``, ``killed``) or is malformed
+        in any way is a ``protocol`` failure: the candidate's, scored 0, never ungradeable.
+        """
         common = {"wall_s": wall, "backend": self.backend}
         stderr = err.decode("utf-8", "replace")
         if not out.startswith(_START):
             return ExecResult("infra", 0, job.n_tests, error=f"sandbox did not start: {stderr[:2000]}", **common)
         at = out.find(_RESULT)
-        if at >= 0:
-            report = _decode_report(out[at + len(_RESULT) :])
-            if report is not None:
-                return ExecResult(
-                    status=report["status"],
-                    passed=report["passed"],
-                    total=report["total"],
-                    results=tuple((ok, msg) for ok, msg in report["results"]),
-                    output=report["output"],
-                    error=report["error"],
-                    **common,
-                )
-        status = "timeout" if hard_timeout else "killed"
-        return ExecResult(status, 0, job.n_tests, error=stderr[-2000:], **common)
+        if at < 0:
+            status = "timeout" if hard_timeout else "killed"
+            return ExecResult(status, 0, job.n_tests, error=stderr[-2000:], **common)
+        report = _decode_report(out[at + len(_RESULT) :], job)
+        if report is None:
+            return ExecResult("protocol", 0, job.n_tests, error="malformed result record", **common)
+        status, error, output, results, outputs = report
+        if job.mode == "stdio":
+            results = [
+                (True, "") if _normalize(got) == _normalize(case["stdout"]) else (False, "wrong output")
+                for got, case in zip(outputs, job.cases, strict=False)
+            ]
+            results += [(False, f"not run ({status})")] * (len(job.cases) - len(results))
+        passed = sum(1 for ok, _ in results if ok)
+        return ExecResult(
+            status=status,
+            passed=passed,
+            total=job.n_tests,
+            results=tuple(results),
+            output=output,
+            error=error,
+            **common,
+        )
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -837,22 +918,79 @@ def _descendants(roots: set[int]) -> list[int]:
     return sorted(out)
 
 
-def _decode_report(data: bytes) -> dict[str, Any] | None:
-    """The harness's report, or ``None`` when it is truncated or malformed (the harness was killed mid-write)."""
-    if len(data) < 8 or len(data) - 8 < int.from_bytes(data[:8], "big"):
+HARNESS_STATUSES = frozenset({"ok", "error", "timeout", "output_limit", "crash", "protocol"})
+"""The statuses a harness record may claim (``infra`` and ``killed`` are only ever decided by this side)."""
+
+
+class _Reader:
+    """A cursor over untrusted bytes: every length is checked against what is left before anything is built.
+
+    Hand-written because the record is tiny and fixed; no general deserialiser bounds its allocation by
+    the input size (``marshal``, ``pickle`` and ``json`` build what the bytes describe).
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.at + n > len(self.data):
+            raise ValueError("record truncated")
+        out = self.data[self.at : self.at + n]
+        self.at += n
+        return out
+
+    def int(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "big")
+
+    def text(self) -> str:
+        return self.take(self.int(4)).decode("utf-8", "replace")
+
+    def count(self, most: int) -> int:
+        n = self.int(4)
+        if n > most:
+            raise ValueError("more items than the job has")
+        return n
+
+
+def _decode_report(data: bytes, job: Job) -> tuple[str, str, str, list[tuple[bool, str]], list[str]] | None:
+    """``(status, error, output, results, outputs)`` from a harness record, or ``None`` if it is malformed.
+
+    Malformed: truncated or trailing bytes, an unknown status, a per-test result count different from the
+    job's (call mode) or more outputs than cases (stdio), a flag byte other than 0 or 1.
+    """
+    if len(data) < 8:
         return None
+    size = int.from_bytes(data[:8], "big")
+    if size != len(data) - 8:
+        return None
+    r = _Reader(data[8:])
     try:
-        report = marshal.loads(data[8 : 8 + int.from_bytes(data[:8], "big")])
-        ok = (
-            isinstance(report, dict)
-            and isinstance(report.get("status"), str)
-            and all(isinstance(report.get(k), int) for k in ("passed", "total"))
-            and all(isinstance(report.get(k), str) for k in ("output", "error"))
-            and all(isinstance(ok, bool) and isinstance(msg, str) for ok, msg in report.get("results", [None]))
-        )
-    except (EOFError, ValueError, TypeError):
+        if r.take(2) != b"R1":
+            return None
+        status, error, output = r.text(), r.text(), r.text()
+        r.int(8)  # output_bytes: how much the candidate wrote (informational)
+        results = []
+        for _ in range(r.count(job.n_tests if job.mode == "call" else 0)):
+            flag = r.take(1)
+            if flag not in (b"\x00", b"\x01"):
+                return None
+            results.append((flag == b"\x01", r.text()))
+        outputs = [r.text() for _ in range(r.count(len(job.cases) if job.mode == "stdio" else 0))]
+    except ValueError:
         return None
-    return report if ok else None
+    if r.at != len(r.data) or status not in HARNESS_STATUSES:
+        return None
+    if job.mode == "call" and len(results) != job.n_tests:
+        return None
+    return status, error[:2000], output, results, outputs
+
+
+def _normalize(text: str) -> str:
+    """Stdio comparison: line endings unified, trailing spaces and trailing blank lines ignored."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
 
 
 _UID_BLOCKS = 512  # how many blocks above uid_base a pool may take
