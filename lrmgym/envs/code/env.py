@@ -60,7 +60,7 @@ class CodeConfig(BaseModel):
     output_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
     """Most bytes of the candidate's stdout+stderr kept; writing more stops it (status output_limit)."""
     max_turns: int = Field(1, ge=1, le=10)
-    """Policy turns per episode; above 1, failing code gets the failing tests and their errors as feedback."""
+    """Policy turns per episode; above 1, failing code gets feedback on what failed (see feedback)."""
     sandbox: Literal["auto", "bwrap", "unshare", "process"] = "auto"
     """Isolation: 'auto' (bubblewrap if installed, else the unshare fallback; logs which), 'bwrap',
     'unshare', or 'process' (NO isolation: trusted code and tests only)."""
@@ -75,6 +75,17 @@ class CodeConfig(BaseModel):
     """Procedural source: asserts per task."""
     feedback_chars: int = Field(2000, ge=100, le=100_000)
     """Multi-turn: most characters of failing-test feedback."""
+    feedback: Literal["errors_only", "names", "full"] = "errors_only"
+    """Multi-turn: what the feedback on failing code reveals. Every mode gives the verdict ('2/7 tests passed', or
+    the program's own top-level exception, a timeout...) and the program's own printed output (its own text: it may
+    echo the inputs it was given, never an expected value, which it never sees). 'errors_only': how many tests
+    failed and, per failing test, its number and the kind of failure only ('wrong answer' for a failed assert,
+    'error: ValueError' for an exception, 'not run (timeout)'...): never a test's source, assertion message or
+    literals, nor a stdio case's stdin or expected stdout. 'names': also, per failing test, its inputs: the call an
+    'assert <call> == <expected>' makes, without the expected side ('has_close_elements([1.0, 2.8], 0.3)'), else
+    only the names the test calls ('math.fabs, poly'); for stdio, the case's stdin. No expected value, though a
+    failing input of a boolean function implies its answer. 'full': the failing tests' source verbatim with their
+    error messages: LEAKS the expected values (a second turn can be a lookup table of them); for debugging only."""
 
     @model_validator(mode="after")
     def _check_source(self) -> CodeConfig:
@@ -140,7 +151,8 @@ class CodeEnv(TextEnv):
     run in a fresh isolated process tree (:mod:`lrmgym.envs.code.sandbox`), and graded by a harness the
     candidate cannot forge (:mod:`lrmgym.envs.code.harness`). Reward: the fraction of tests passed, or all
     or nothing. A format failure scores 0 with ``format_ok=False``; a sandbox that fails to start is
-    ungradeable (``score=None``). With ``max_turns > 1``, failing code gets the failing tests as feedback.
+    ungradeable (``score=None``). With ``max_turns > 1``, failing code gets feedback on what failed (by default
+    only the kind of each failure, never a test's expected value: see ``CodeConfig.feedback``).
 
     Task metadata holds the :class:`~lrmgym.envs.code.loaders.CodeTask` fields (``units``, ``prelude``,
     ``entry_point``, ``solution``...), so a task is self-contained once built.
@@ -279,20 +291,43 @@ class CodeEnv(TextEnv):
         return list(await asyncio.gather(*(self.averify(task, c) for c in completions)))
 
     def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
-        """The failing tests and their errors (or the format problem); ``None`` if ungradeable."""
+        """What failed (or the format problem), as much as the ``feedback`` option reveals; ``None`` if ungradeable.
+
+        The per-test lines come from the last execution, when it was this task and this code.
+        """
         if verdict.score is None:
             return None
         if verdict.format_ok is False:
             return f"Your answer could not be used ({verdict.reason}). {INSTRUCTIONS[self.config.answer_format]}"
+        mode = self.config.feedback
         lines = [f"Your code did not pass all tests: {verdict.reason}."]
         last = self._last
         if last is not None and last[0] == (task.id, verdict.parsed):
             result = last[1]
             units = [u for u in task.metadata.get("units", ()) if u["test"]] or list(task.metadata.get("cases", ()))
-            for unit, (ok, message) in zip(units, result.results, strict=False):
-                if not ok:
+            failed = [(i, u, m) for i, (u, (ok, m)) in enumerate(zip(units, result.results, strict=False)) if not ok]
+            if mode != "full" and failed:
+                lines.append(f"{len(failed)} of {len(result.results)} tests failed:")
+            bind = task.metadata.get("bind") or {}
+            trusted = loaders.defined_names(task.metadata.get("prelude") or "") if mode == "names" else set()
+            for i, unit, message in failed:
+                if mode == "full":
                     shown = unit["src"] if "src" in unit else f"stdin: {unit['stdin']!r}"
                     lines.append(f"Failed: {shown}\n  -> {message or 'failed'}")
+                    continue
+                line = f"Test {i + 1}: {loaders.failure_kind(message)}"
+                if mode == "names":
+                    if "src" in unit:
+                        checked, called = loaders.unit_inputs(unit["src"], bind, trusted)
+                        if checked:
+                            line += ("; tested call: " if len(checked) == 1 else "; tested calls: ") + ", ".join(
+                                checked
+                            )
+                        elif called:
+                            line += "; names called: " + ", ".join(called)
+                    else:
+                        line += f"; stdin: {loaders.shorten(repr(unit['stdin']))}"
+                lines.append(line)
             if result.output.strip():
                 lines.append("Program output:\n" + result.output.strip())
         lines.append("Fix the code and answer again. " + INSTRUCTIONS[self.config.answer_format])

@@ -2,7 +2,9 @@
 
 A :class:`CodeTask` carries everything the sandbox needs: the prompt shown to the policy, the trusted code
 prepended to a candidate (imports and helper functions of the prompt), and the tests split into units that
-the harness evaluates one by one (each unit that contains an ``assert`` is one test; the others are setup).
+the harness evaluates one by one (each unit that contains an ``assert`` that can fail is one test; the others,
+including a unit whose only asserts are tautologies such as HumanEval's ``assert True, "..."``, are setup).
+A task without any test is refused (:class:`DataError`).
 
 Formats (see each data folder's README under ``$LRMGYM_SHARED_DATA``):
 
@@ -18,10 +20,14 @@ Formats (see each data folder's README under ``$LRMGYM_SHARED_DATA``):
 from __future__ import annotations
 
 import ast
+import builtins
+import copy
+import operator
 import os
+import re
 import textwrap
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +38,16 @@ __all__ = [
     "CodeTask",
     "DataError",
     "default_data_dir",
+    "defined_names",
+    "failure_kind",
+    "is_tautology",
     "load_humaneval",
     "load_jsonl",
     "load_mbpp",
     "mbpp_split",
+    "shorten",
     "split_tests",
+    "unit_inputs",
 ]
 
 MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
@@ -123,7 +134,14 @@ def default_data_dir() -> Path:
 
 # --------------------------------------------------------------------------------------------------- tests
 def split_tests(test_code: str, where: str = "tests") -> list[dict[str, Any]]:
-    """Split assert-based test code into units: each top-level statement containing an ``assert`` is one test.
+    """Split assert-based test code into units, one per top-level statement.
+
+    A unit is a test when it contains an ``assert`` that can fail; every other unit is setup. An assert that
+    cannot fail (:func:`is_tautology`: ``assert True, "..."``, ``assert 1``, ``assert (f(x), "msg")``...)
+    tests nothing: a unit whose asserts are all such is setup, like a unit without any assert (it is
+    equivalent to one), so that a do-nothing solution does not earn it. Such a unit still runs; if
+    evaluating it raises (``assert (candidate(1) or True)`` with a candidate that raises), the tests
+    after it fail as after any failing setup.
 
     Raises:
         DataError: The test code does not parse.
@@ -135,8 +153,89 @@ def split_tests(test_code: str, where: str = "tests") -> list[dict[str, Any]]:
     units = []
     for node in tree.body:
         src = ast.get_source_segment(test_code, node, padded=True) or ast.unparse(node)
-        units.append({"src": _dedent_segment(src), "test": any(isinstance(n, ast.Assert) for n in ast.walk(node))})
+        units.append({"src": _dedent_segment(src), "test": _can_fail(node)})
     return units
+
+
+def _can_fail(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Assert) and not is_tautology(n.test) for n in ast.walk(node))
+
+
+def is_tautology(expr: ast.expr) -> bool:
+    """Whether ``expr`` is truthy whenever evaluating it finishes, as decided from its syntax alone.
+
+    Covered (anything else counts as a real check):
+
+    - a constant of a truthy value: ``True``, ``1``, ``"x"``, ``...``; ``-1``, ``+2`` (sign of a number);
+    - a non-empty display: ``(x, "msg")`` (the classic parenthesized-assert bug), ``[x]``, ``{x}``,
+      ``{k: v}`` (one element that is not ``*``/``**`` unpacking is enough);
+    - a comparison of constants only, evaluated here: ``1 == 1``, ``"a" < "b"`` (not ``is``);
+    - ``not`` of a known falsy expression: ``not 0``, ``not None``, ``not ()``, ``not []``;
+    - ``a or b``: some operand is a tautology (``candidate(1) or True``); ``a and b``: all are;
+    - ``x if c else y`` whose branches are both tautologies (or ``c`` is known and its branch is).
+
+    An expression that references names or calls is covered only through these forms: it may still
+    raise, but it cannot fail as an assert.
+    """
+    return _truth(expr) is True
+
+
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _truth(expr: ast.expr) -> bool | None:
+    """The truth value of ``expr`` when syntax alone decides it, else ``None``."""
+    if isinstance(expr, ast.Constant):
+        return bool(expr.value)
+    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        if any(not isinstance(e, ast.Starred) for e in expr.elts):
+            return True
+        return False if not expr.elts else None
+    if isinstance(expr, ast.Dict):
+        if any(k is not None for k in expr.keys):  # a None key is ``**mapping`` unpacking
+            return True
+        return False if not expr.keys else None
+    if isinstance(expr, ast.UnaryOp):
+        if isinstance(expr.op, ast.Not):
+            inner = _truth(expr.operand)
+            return None if inner is None else not inner
+        if isinstance(expr.op, (ast.USub, ast.UAdd)) and isinstance(expr.operand, ast.Constant):
+            value = expr.operand.value
+            return bool(value) if type(value) in (bool, int, float, complex) else None
+        return None
+    if isinstance(expr, ast.BoolOp):
+        truths = [_truth(v) for v in expr.values]
+        decisive = isinstance(expr.op, ast.Or)  # ``or``: one truthy operand decides; ``and``: one falsy one
+        if decisive in truths:
+            return decisive
+        return (not decisive) if all(t is (not decisive) for t in truths) else None
+    if isinstance(expr, ast.IfExp):
+        test, body, orelse = _truth(expr.test), _truth(expr.body), _truth(expr.orelse)
+        if test is not None:
+            return body if test else orelse
+        return body if body is not None and body == orelse else None
+    if isinstance(expr, ast.Compare):
+        operands = [expr.left, *expr.comparators]
+        if not all(isinstance(o, ast.Constant) and type(o.value) in _PLAIN for o in operands):
+            return None
+        if not all(type(op) in _COMPARE for op in expr.ops):
+            return None
+        try:
+            values = [o.value for o in operands]  # type: ignore[attr-defined]
+            return all(_COMPARE[type(op)](a, b) for op, a, b in zip(expr.ops, values[:-1], values[1:], strict=True))
+        except TypeError:  # "a" < 1 raises when run, so the assert can fail that way: a real check
+            return None
+    return None
 
 
 def _dedent_segment(src: str) -> str:
@@ -147,6 +246,161 @@ def _dedent_segment(src: str) -> str:
     if pad == 0:
         return src
     return "\n".join(line[pad:] if line[:pad].strip() == "" else line for line in lines)
+
+
+# --------------------------------------------------------------------------------------------------- feedback
+_WRAPPERS = frozenset(
+    {"set", "frozenset", "sorted", "list", "tuple", "dict", "str", "int", "float", "bool", "len", "abs"}
+)
+"""Builtins that may wrap the tested call on the shown side of ``==`` (one argument: nothing else is shown)."""
+_SHOWN_CHARS = 300  # longest input text shown for one call
+
+
+def unit_inputs(
+    src: str, bind: Mapping[str, str] | None = None, trusted: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
+    """What ``feedback="names"`` shows of one test unit: ``(checked, called)``, computed with ``ast``.
+
+    ``checked``: for every ``assert <call> == <expected>`` (either side) whose tested side is a call of a
+    solution function (a name that is neither a builtin, nor in ``trusted``, nor assigned by the unit), bare
+    or inside one of ``set(...)``, ``sorted(...)``, ``len(...)``... (one argument), that side as source:
+    the function and the arguments the test passes in, which the solution receives anyway. The other side
+    (the expected value) is never included; neither is an ``==`` whose both sides call solution functions.
+    ``called``: the non-builtin names the unit calls (``math.fabs``, ``poly``, ``has_close_elements``), for
+    the other assert shapes, whose literals may be expected values (``abs(f(x) - 2.5) < 1e-6``,
+    ``assert not f(x)``). In both, the aliases of ``bind`` are replaced (``candidate`` by the entry point).
+
+    Args:
+        src: The unit's source.
+        bind: Aliases of the tests (``{"candidate": "has_close_elements"}``).
+        trusted: Names the tests' setup defines (helpers, imports): calling them is not calling the solution.
+    """
+    bind = dict(bind or {})
+    tree = parse_quietly(src)
+    if tree is None:
+        return [], []
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    assigned |= {
+        a.asname or a.name.partition(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    trusted = (set(trusted) | assigned) - set(bind)
+
+    def solution_call(e: ast.expr) -> bool:
+        return (
+            isinstance(e, ast.Call)
+            and isinstance(e.func, ast.Name)
+            and (e.func.id in bind or (e.func.id not in trusted and not hasattr(builtins, e.func.id)))
+        )
+
+    def calls_solution(e: ast.expr) -> bool:
+        return any(solution_call(n) for n in ast.walk(e))  # type: ignore[arg-type]
+
+    def tested(e: ast.expr) -> bool:
+        while (
+            isinstance(e, ast.Call)
+            and isinstance(e.func, ast.Name)
+            and e.func.id in _WRAPPERS
+            and e.func.id not in trusted
+            and len(e.args) == 1
+            and not e.keywords
+            and not solution_call(e)
+        ):
+            e = e.args[0]
+        return solution_call(e)
+
+    checked: list[str] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):
+            continue
+        test = node.test
+        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+            continue
+        left, right = test.left, test.comparators[0]
+        for shown, other in ((left, right), (right, left)):
+            if tested(shown) and not calls_solution(other):
+                checked.append(shorten(ast.unparse(_Rename(bind).visit(copy.deepcopy(shown)))))
+                break
+    called: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name and not (hasattr(builtins, name) and name not in bind):
+                name = bind.get(name, name)
+                if name not in called:
+                    called.append(name)
+    return checked, called
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: Mapping[str, str]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(id=self.names.get(node.id, node.id), ctx=node.ctx)
+
+
+def _dotted(e: ast.expr) -> str | None:
+    parts = []
+    while isinstance(e, ast.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    if not isinstance(e, ast.Name):
+        return None
+    return ".".join([e.id, *reversed(parts)])
+
+
+def shorten(text: str) -> str:
+    """``text`` cut to the most characters feedback shows of one input."""
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def defined_names(code: str) -> set[str]:
+    """Names that top-level ``code`` (a prelude) binds: functions, classes, imports, assignments."""
+    tree = parse_quietly(code)
+    if tree is None:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(a.asname or a.name.partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+    return names
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,59}")
+
+
+def failure_kind(message: str) -> str:
+    """The kind of a failed test from the harness's ``(passed, message)``, without any of the message's text.
+
+    ``"AssertionError: ..."`` is ``"wrong answer"``; another exception is ``"error: ValueError"`` (a
+    ``CandidateError`` wrapping the solution's own exception type: ``"error: MyError (raised by your
+    code)"``); ``"setup failed: ..."`` and ``"not run (timeout)"`` keep their kind; ``"wrong output"`` (stdio)
+    stays. Only the part before the first ``:`` is read, and only an identifier is ever shown.
+    """
+    head, _, rest = (message or "").partition(":")
+    head = head.strip()
+    if head == "AssertionError":
+        return "wrong answer"
+    if head == "setup failed":
+        return f"not run: the test setup failed ({failure_kind(rest.strip())})"
+    status = re.fullmatch(r"not run \((\w{1,30})\)", head)
+    if status:
+        return f"not run ({status.group(1)})"
+    if head == "wrong output":
+        return head
+    if head == "CandidateError":
+        inner = rest.strip().partition(":")[0].strip()
+        return f"error: {inner if _IDENTIFIER.fullmatch(inner) else 'an exception'} (raised by your code)"
+    if _IDENTIFIER.fullmatch(head):
+        return f"error: {head}"
+    return "failed"
 
 
 # --------------------------------------------------------------------------------------------------- HumanEval
@@ -179,6 +433,7 @@ def _humaneval_task(row: dict[str, Any], where: str) -> CodeTask:
     other = [ast.get_source_segment(row["test"], n) or "" for n in test_tree.body if n is not check[0]]
     lines = row["test"].splitlines()[check[0].body[0].lineno - 1 : check[0].end_lineno]
     units = split_tests(textwrap.dedent("\n".join(lines)), where)
+    _require_a_test(units, where, "check(candidate)")
     number = row["task_id"].split("/")[-1]
     return CodeTask(
         id=f"humaneval/{number}",
@@ -202,10 +457,8 @@ def load_mbpp(path: Path) -> list[CodeTask]:
         where = f"{path}:{lineno}"
         _require(row, ("task_id", "text", "code", "test_list"), where)
         tests = list(row["test_list"])
-        units = []
-        for i, t in enumerate(tests):
-            split = split_tests(t, f"{where} test {i}")
-            units.append({"src": "\n".join(u["src"] for u in split), "test": True})
+        units = [_joined(split_tests(t, f"{where} test {i}")) for i, t in enumerate(tests)]
+        _require_a_test(units, where, "test_list")
         text = row["text"].strip() + "\nYour code should pass these tests:\n" + "\n".join(tests)
         tasks.append(
             CodeTask(
@@ -213,11 +466,31 @@ def load_mbpp(path: Path) -> list[CodeTask]:
                 text=text,
                 units=tuple(units),
                 prelude=row.get("test_setup_code") or "",
+                bind=_builtin_named_entries(row["code"], units),
                 solution=row["code"].replace("\r\n", "\n"),
                 source="mbpp",
             )
         )
     return tasks
+
+
+def _builtin_named_entries(reference: str, units: list[dict[str, Any]]) -> dict[str, str]:
+    """Entry points named like a builtin (MBPP 126 defines ``sum``), bound explicitly for the tests.
+
+    The harness gives the tests the real builtins and takes from the candidate only the names the tests
+    use that are not builtins; a task whose function under test *is* named like a builtin says so here,
+    from its reference solution, never from the candidate's code.
+    """
+    tree = parse_quietly(reference.replace("\r\n", "\n"))
+    if tree is None:
+        return {}
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    used: set[str] = set()
+    for unit in units:
+        unit_tree = parse_quietly(unit["src"])
+        if unit_tree is not None:
+            used |= {n.id for n in ast.walk(unit_tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {name: name for name in sorted(defined & used) if hasattr(builtins, name)}
 
 
 def mbpp_split(tasks: list[CodeTask], split: str) -> list[CodeTask]:
@@ -250,12 +523,10 @@ def load_jsonl(path: Path) -> list[CodeTask]:
             if isinstance(tests, str):
                 units = split_tests(tests, where)
             elif isinstance(tests, list) and all(isinstance(t, str) for t in tests):
-                for t in tests:
-                    units.append({"src": "\n".join(u["src"] for u in split_tests(t, where)), "test": True})
+                units = [_joined(split_tests(t, where)) for t in tests]
             else:
                 raise DataError(f"{where}: 'tests' must be a string of assert code or a list of such strings.")
-            if not any(u["test"] for u in units):
-                raise DataError(f"{where}: 'tests' contains no assert statement, so nothing could fail.")
+            _require_a_test(units, where, "'tests'")
         else:
             stdio = row["stdio"]
             if not isinstance(stdio, list) or not stdio or not all(_is_case(c) for c in stdio):
@@ -280,6 +551,23 @@ def load_jsonl(path: Path) -> list[CodeTask]:
     if not tasks:
         raise DataError(f"{path}: the file holds no tasks.")
     return tasks
+
+
+def _joined(split: list[dict[str, Any]]) -> dict[str, Any]:
+    """One unit from one test string (MBPP, a JSONL list item): a test when any of its statements is."""
+    return {"src": "\n".join(u["src"] for u in split), "test": any(u["test"] for u in split)}
+
+
+def _require_a_test(units: list[dict[str, Any]], where: str, what: str) -> None:
+    """Refuse a task whose tests cannot fail: it would pay any answer."""
+    if any(u["test"] for u in units):
+        return
+    if not any(isinstance(n, ast.Assert) for u in units for n in ast.walk(ast.parse(u["src"]))):
+        raise DataError(f"{where}: {what} contains no assert statement, so nothing could fail.")
+    raise DataError(
+        f"{where}: {what} contains only asserts that cannot fail (such as `assert True`), so nothing could "
+        "fail; give at least one assert that checks the solution."
+    )
 
 
 def _is_case(c: Any) -> bool:

@@ -109,8 +109,27 @@ def test_sandbox_failure_is_ungradeable(env):
     assert v.score is None and v.reason.startswith("sandbox failure: sandbox did not start: bwrap: Creating")
 
 
-def test_multi_turn_feedback_shows_failing_tests():
+def test_multi_turn_feedback_by_default_names_only_the_kind_of_each_failure():
     e = CodeEnv(max_turns=2, timeout_s=2.0)
+    try:
+        obs, info = e.reset(seed=5)
+        name = info["task"].metadata["entry_point"]
+        obs, reward, terminated, truncated, info = e.step(
+            fenced(f"def {name}(*a):\n    print('debug line')\n    return None")
+        )
+        assert (reward, terminated, truncated) == (0.0, False, False)
+        assert obs.startswith(
+            "Your code did not pass all tests: 0/5 tests passed.\n5 of 5 tests failed:\nTest 1: wrong answer\n"
+        )
+        assert "assert" not in obs and "==" not in obs and "Program output:\ndebug line" in obs
+        obs, reward, terminated, truncated, info = e.step(fenced(info_task_answer(e)))
+        assert (reward, terminated, truncated) == (1.0, True, False)
+    finally:
+        e.close()
+
+
+def test_multi_turn_full_feedback_shows_failing_tests():
+    e = CodeEnv(max_turns=2, timeout_s=2.0, feedback="full")
     try:
         obs, info = e.reset(seed=5)
         name = info["task"].metadata["entry_point"]

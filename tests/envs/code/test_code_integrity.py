@@ -317,3 +317,15 @@ def test_a_timeout_cannot_be_swallowed_by_a_tests_except_clause(auto_pool, test)
         Limits(timeout_s=0.5),
     )
     assert (result.status, result.passed) == ("timeout", 0), result
+
+
+def test_an_entry_point_named_like_a_builtin_is_bound_from_the_reference(auto_pool, shared_data):
+    from lrmgym.envs.code.env import job_for
+    from lrmgym.envs.code.loaders import load_mbpp
+
+    task = next(t for t in load_mbpp(shared_data / "mbpp" / "mbpp.jsonl") if t.id == "mbpp/126")
+    assert task.bind == {"sum": "sum"}  # the reference defines sum(a, b); the tests call it
+    assert auto_pool.run(job_for(task, task.solution)).all_passed
+    # Any other builtin the candidate defines stays the builtin for the tests.
+    result = auto_pool.run(job_for(task, "abs = lambda x: 0\n" + task.solution))
+    assert result.all_passed

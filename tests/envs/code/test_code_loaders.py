@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import gzip
 import json
 import re
 
@@ -29,6 +31,140 @@ def test_split_tests_marks_assert_statements_as_tests():
     units = split_tests("import math\nx = 2\nassert x == 2\nfor i in range(3):\n    assert i < 3\n")
     assert [u["test"] for u in units] == [False, False, True, True]
     assert units[3]["src"] == "for i in range(3):\n    assert i < 3"
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        'assert True, "This prints if this assert fails 1 (good for debugging!)"',
+        "assert 1",
+        'assert "x"',
+        "assert ...",
+        "assert -1",
+        "assert 1 == 1",
+        "assert 'a' < 'b' <= 'b'",
+        "assert not 0",
+        "assert not None",
+        "assert not []",
+        "assert (candidate(1) == 2, 'the parenthesized-assert bug')",
+        "assert [x]",
+        "assert {'k': candidate(1)}",
+        "assert (candidate(1) or True)",
+        "assert False or candidate(1) or 'x'",
+        "assert True and 1",
+        "assert 1 if candidate(1) else 2",
+        "for i in range(3):\n    assert True",
+        "if candidate(1):\n    assert True\nelse:\n    assert 1",
+    ],
+)
+def test_split_tests_tautologies_are_setup(src):
+    """An assert that cannot fail tests nothing: the unit is setup (a do-nothing solution does not earn it)."""
+    assert split_tests(src) == [{"src": src, "test": False}]
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "assert x",
+        "assert candidate(1)",
+        "assert not candidate(1)",
+        "assert candidate(1) or x",
+        "assert candidate(1) and True",
+        "assert False",
+        "assert 0",
+        "assert ()",
+        "assert 1 == 2",
+        "assert 1 < 'a'",
+        "assert 1 is 1",
+        "assert [*x]",
+        "assert {**x}",
+        "assert -x",
+        "assert True\nassert candidate(1) == 2",
+        "for i in range(3):\n    assert True\n    assert candidate(i)",
+    ],
+)
+def test_split_tests_keeps_asserts_that_can_fail(src):
+    units = split_tests(src)
+    assert any(u["test"] for u in units), units
+
+
+def _raw_check_units(humaneval_path):
+    """Every top-level statement of each HumanEval check(), straight from the file (independent of the loader)."""
+    out = {}
+    with gzip.open(humaneval_path, "rt") as f:
+        for line in f:
+            row = json.loads(line)
+            check = next(n for n in ast.parse(row["test"]).body if isinstance(n, ast.FunctionDef) and n.name == "check")
+            out["humaneval/" + row["task_id"].split("/")[1]] = check.body
+    return out
+
+
+def _constant_true(stmt) -> bool:
+    asserts = [n for n in ast.walk(stmt) if isinstance(n, ast.Assert)]
+    return bool(asserts) and all(isinstance(a.test, ast.Constant) and a.test.value for a in asserts)
+
+
+def test_humaneval_constant_true_asserts_are_not_tests(humaneval, shared_data):
+    """48 `assert True, "..."` statements in 36 tasks (16 % of those tasks' asserts) are setup, not tests."""
+    raw = _raw_check_units(shared_data / "humaneval" / "HumanEval.jsonl.gz")
+    constant = {tid: sum(_constant_true(s) for s in body) for tid, body in raw.items()}
+    affected = {tid for tid, n in constant.items() if n}
+    assert (sum(constant.values()), len(affected)) == (48, 36)
+    by_id = {t.id: t for t in humaneval}
+    for tid in affected:
+        tests = [u for u in by_id[tid].units if u["test"]]
+        assert all("assert True" not in u["src"] for u in tests), tid
+        asserts = sum(1 for s in raw[tid] if any(isinstance(n, ast.Assert) for n in ast.walk(s)))
+        assert len(tests) == asserts - constant[tid], tid
+    assert sum(u["test"] for t in humaneval for u in t.units) == 1181 - 48
+    assert min(sum(u["test"] for u in t.units) for t in humaneval) >= 1  # no task is left without a test
+
+
+def test_mbpp_tasks_keep_their_three_tests(mbpp):
+    assert all(sum(u["test"] for u in t.units) == 3 for t in mbpp)
+
+
+def _do_nothing_share(task) -> tuple[int, int]:
+    """(passed, total) of the task's real asserts for a do-nothing candidate, run here in plain Python.
+
+    The HumanEval tests are trusted data and `None` is what the candidate returns, so this is an oracle
+    independent of the sandbox and of the loader's classification.
+    """
+    ns: dict = {}
+    exec(task.prelude, ns)  # noqa: S102 - the data set's own helpers
+    ns[task.entry_point] = ns["candidate"] = lambda *a, **k: None
+    passed = total = 0
+    for unit in task.units:
+        code = compile(unit["src"], "tests.py", "exec")
+        tree = ast.parse(unit["src"])
+        if not any(isinstance(n, ast.Assert) for n in ast.walk(tree)) or _constant_true(tree.body[0]):
+            exec(code, ns)  # noqa: S102 - setup, or an assert that cannot fail
+            continue
+        total += 1
+        try:
+            exec(code, ns)  # noqa: S102
+            passed += 1
+        except Exception:  # noqa: BLE001 - a failing test
+            pass
+    return passed, total
+
+
+def test_do_nothing_earns_nothing_from_constant_true_asserts(humaneval, shared_data, auto_pool):
+    """On the 36 tasks with `assert True` units, `def f(*a, **k): pass` scores at most the share of the real
+    asserts that `None` passes (0 on 32 of them; before the fix it earned 1-4 points on every one)."""
+    from lrmgym.envs.code.env import job_for
+
+    raw = _raw_check_units(shared_data / "humaneval" / "HumanEval.jsonl.gz")
+    tasks = [t for t in humaneval if any(_constant_true(s) for s in raw[t.id])]
+    assert len(tasks) == 36
+    results = auto_pool.run_many([job_for(t, f"def {t.entry_point}(*a, **k):\n    pass\n") for t in tasks])
+    scores = {}
+    for task, result in zip(tasks, results, strict=True):
+        passed, total = _do_nothing_share(task)
+        assert result.status == "ok" and result.fraction <= passed / total, (task.id, result, passed, total)
+        assert result.total == total, (task.id, result)
+        scores[task.id] = result.fraction
+    assert sum(s == 0 for s in scores.values()) == 32, scores
 
 
 def test_humaneval_loader(humaneval):
@@ -78,6 +214,17 @@ def test_missing_file_names_the_path_and_the_fix(tmp_path):
         ({"tests": "assert True"}, "missing field(s) prompt."),
         ({"prompt": "p"}, "give exactly one of 'tests' (assert code) or 'stdio' (stdin/stdout cases)."),
         ({"prompt": "p", "tests": "x = 1"}, "'tests' contains no assert statement, so nothing could fail."),
+        ({"prompt": "p", "tests": ["x = 1", "y = 2"]}, "'tests' contains no assert statement, so nothing could fail."),
+        (
+            {"prompt": "p", "tests": "x = 1\nassert True, 'always'\nassert (f(x), 'msg')"},
+            "'tests' contains only asserts that cannot fail (such as `assert True`), so nothing could fail; "
+            "give at least one assert that checks the solution.",
+        ),
+        (
+            {"prompt": "p", "tests": ["assert True", "assert 1 == 1"]},
+            "'tests' contains only asserts that cannot fail (such as `assert True`), so nothing could fail; "
+            "give at least one assert that checks the solution.",
+        ),
         ({"prompt": "p", "tests": 3}, "'tests' must be a string of assert code or a list of such strings."),
         (
             {"prompt": "p", "stdio": [{"stdin": 1}]},
@@ -111,6 +258,18 @@ def test_jsonl_tasks_run_in_the_sandbox(tmp_path, auto_pool):
     r2 = auto_pool.run(Job(code="print(sum(map(int, input().split())))", cases=echo.cases, mode="stdio"))
     r3 = auto_pool.run(Job(code="print(0)", cases=echo.cases, mode="stdio"))
     assert (r1.passed, r1.total, r2.passed, r2.total, r3.passed) == (2, 2, 2, 2, 0)
+
+
+def test_jsonl_list_items_without_a_real_assert_are_setup(tmp_path, auto_pool):
+    """A list item of `tests` is a test only when it has an assert that can fail: `assert True` pays nothing."""
+    path = tmp_path / "tasks.jsonl"
+    row = {"prompt": "p", "entry_point": "f", "tests": ["k = 3", "assert True, 'free'", "assert f(k) == 9"]}
+    path.write_text(json.dumps(row) + "\n")
+    (task,) = load_jsonl(path)
+    assert [u["test"] for u in task.units] == [False, False, True]
+    nothing = auto_pool.run(Job(code="def f(*a):\n    pass\n", units=task.units, bind=task.bind))
+    right = auto_pool.run(Job(code="def f(x):\n    return x * x\n", units=task.units, bind=task.bind))
+    assert (nothing.passed, nothing.total, right.passed, right.total) == (0, 1, 1, 1)
 
 
 def test_procedural_tasks_are_pure_and_varied():
