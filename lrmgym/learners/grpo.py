@@ -32,15 +32,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.core import Trajectory, task_rng
-from lrmgym.learners.advantages import AdvEstimator, group_advantages, scores_to_tensors
-from lrmgym.learners.losses import (
-    KLEstimator,
-    LossAgg,
-    PGLoss,
-    aggregate,
-    kl_penalty,
-    policy_loss,
-)
+from lrmgym.learners.advantages import AdvantageName, group_advantages, scores_to_tensors
+from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
 from lrmgym.learners.rollout import TokenBatch, collate, env_attr, rollout, tokenize_trajectory
 from lrmgym.learners.rundir import (
     Checkpointer,
@@ -111,10 +104,13 @@ class GRPOConfig(BaseModel):
     """In the update, run each group's prompt once and its G continuations on top of that prompt's (differentiable)
     KV cache, instead of running the prompt G times; same result up to float rounding. Needs a transformers
     causal LM (past_key_values and position_ids in its forward). See lrmgym/learners/shared_prefix.py."""
-    adv_estimator: AdvEstimator = "grpo"
-    """Group advantages: grpo ((r-mean)/std), dr_grpo (r-mean) or rloo (leave-one-out baseline)."""
-    pg_loss: PGLoss = "ppo_clip"
-    """Policy loss: ppo_clip (PPO/GRPO surrogate) or cispo (clipped, detached IS weight; MiniMax-M1)."""
+    adv_estimator: AdvantageName = "grpo"
+    """Group advantages, a name in lrmgym.learners.advantages: grpo ((r-mean)/std), dr_grpo (r-mean), rloo
+    (leave-one-out), reinforce_pp (r whitened over the batch) or reinforce_pp_baseline (r-mean, then whitened
+    over the batch)."""
+    pg_loss: PolicyLossName = "ppo_clip"
+    """Policy loss, a name in lrmgym.learners.losses: ppo_clip (PPO/GRPO surrogate), cispo (detached IS weight
+    capped at 1 + clip_high, no floor; MiniMax-M1), gspo (clipped sequence ratio) or reinforce (-A log p)."""
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     """Lower clip epsilon: the ratio floor is 1 - clip_low."""
     clip_high: float = Field(0.2, ge=0.0, le=100.0)
@@ -580,7 +576,7 @@ class GRPOTrainer:
                     logp, entropy = self._forward_logprobs(self.model, sub, entropy=epoch == 0)
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     out = policy_loss(
-                        logp, old, sub.advantages.to(self.device), kind=cfg.pg_loss,
+                        logp, old, sub.advantages.to(self.device), mask, kind=cfg.pg_loss,
                         clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                     )  # fmt: skip
                     loss = aggregate(out.loss, mask, cfg.loss_agg, norm_len=norm_len)
