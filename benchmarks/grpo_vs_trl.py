@@ -80,6 +80,7 @@ def run_lrmgym(model_dir: Path, out_dir: Path, threads: int, async_rollouts: boo
     import gymnasium
 
     import lrmgym
+    from lrmgym.compose import train
     from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
     from lrmgym.eval.config import EvalConfig
     from lrmgym.learners.grpo import GRPOConfig
@@ -96,7 +97,7 @@ def run_lrmgym(model_dir: Path, out_dir: Path, threads: int, async_rollouts: boo
         env=EnvConfig(id="lrmgym/BenchFractionA-v0"), policy=HFPolicyConfig(model=str(model_dir), device="cpu"),
         learner=learner, eval=EvalConfig(), run=RunSection(seed=0),
     )  # fmt: skip
-    learner.run(config, out_dir, resume=False)
+    train(config, out_dir, resume=False)
     lines = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
     return [m["time/step_s"] for m in lines]
 

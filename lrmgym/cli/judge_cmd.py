@@ -25,7 +25,7 @@ class _UserError(click.ClickException):
 
 def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
     """The judge configs (in order) and the env config (or ``None``) the tokens select."""
-    from lrmgym.configs.resolve import ConfigError, validate_component, validate_env, list_presets, merged_tree
+    from lrmgym.configs.resolve import ConfigError, list_presets, merged_tree, validate_component, validate_env
 
     try:
         tree = merged_tree(tokens, defaults={"judge": []}, add_accuracy=False)

@@ -231,6 +231,7 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
     """
     import yaml
 
+    from lrmgym.compose import train
     from lrmgym.configs.resolve import ConfigError, resolve_dict
 
     if resume_dir is not None:
@@ -250,14 +251,16 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
     else:
         cfg = _resolve(overrides)
         run_dir = _new_run_dir(cfg)
-    if not callable(getattr(cfg.learner, "run", None)):
-        raise UserError(f"learner.kind: the {cfg.learner.kind!r} learner cannot train in this build (no run method).")
+    if not callable(getattr(cfg.learner, "build", None)):
+        raise UserError(
+            f"learner.kind: the {cfg.learner.kind!r} learner cannot train in this build (its config has no build(ctx))."
+        )
     if resume_dir is None:
         run_dir.mkdir(parents=True)
         _write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     click.echo(f"run directory: {run_dir}")
     try:
-        cfg.learner.run(cfg, run_dir, resume=resume_dir is not None)
+        train(cfg, run_dir, resume=resume_dir is not None)
     except (FileNotFoundError, ConfigError) as err:  # e.g. policy.model points nowhere: a user mistake
         if resume_dir is None and [p.name for p in run_dir.iterdir()] == ["config.yaml"]:
             shutil.rmtree(run_dir)  # nothing but the config was written: leave no half-made run behind
@@ -276,7 +279,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
     Writes eval.json and samples.jsonl under run.output_dir (default runs/) and prints a table.
     """
     cfg = _resolve(overrides)
-    from lrmgym.configs.build import make_env
+    from lrmgym.compose import build_env, build_policy
     from lrmgym.eval.runner import evaluate, print_report
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -285,8 +288,8 @@ def eval_(overrides: tuple[str, ...]) -> None:
     from lrmgym.configs.resolve import ConfigError
 
     try:
-        env = make_env(cfg)
-        policy = cfg.policy.build()
+        env = build_env(cfg)
+        policy = build_policy(cfg)
     except (FileNotFoundError, ConfigError) as err:
         raise UserError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)

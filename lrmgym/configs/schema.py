@@ -67,7 +67,7 @@ class RunConfig(BaseModel):
     policy: SerializeAsAny[BaseModel]
     """The policy (a config with `kind` and `build()`)."""
     learner: SerializeAsAny[BaseModel]
-    """The learner (a config with `kind` and `run(config, run_dir, resume)`)."""
+    """The learner (a config with `kind` and `build(ctx)`, which returns its run loop; see lrmgym.compose)."""
     judge: dict[str, SerializeAsAny[BaseModel]] = Field(default_factory=dict)
     """Judges wrapped around the env, by name; empty means the env's own verifier alone."""
     eval: SerializeAsAny[BaseModel]

@@ -11,8 +11,10 @@ Why a process rather than a thread: decoding a small model is thousands of small
 threads doing that contend for the GIL (measured on the 2 CPU cores here: two threads of small matrix
 products ran 5.5x slower than one). A process has its own interpreter and its own core.
 
-The worker builds its own env (judges included) and policy from the run's config, so the env must be
-makeable by id in a fresh interpreter (bundled, or registered through the ``lrmgym.envs`` entry point).
+The worker builds its own env (judges included) and policy with the run context's ``make_env`` and
+``make_policy`` (picklable builders; :func:`lrmgym.compose.build_context` makes them from the run's config), so
+the env must be makeable in a fresh interpreter (bundled, registered through the ``lrmgym.envs`` entry point,
+or registered at run time in the trainer, which the worker repeats).
 Weights travel as a ``torch.save`` byte string per step (3.2 MB for the tiny model). The worker ignores
 SIGINT (the trainer handles Ctrl-C) and exits when the trainer's end of the pipe closes, so a trainer killed
 with SIGKILL does not leave it behind.
@@ -46,21 +48,20 @@ def _state_bytes(model: torch.nn.Module) -> bytes:
     return buffer.getvalue()
 
 
-def _worker_main(conn: Any, config: Any, threads: int | None, registration: tuple | None) -> None:
+def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None, registration: tuple | None) -> None:
     """The worker's loop: build env and policy once, then serve ``("rollout", ...)`` requests until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import gymnasium
 
-        from lrmgym.configs.build import make_env
         from lrmgym.registry import register
 
         if threads:
             torch.set_num_threads(threads)
         if registration is not None and registration[0] not in gymnasium.registry:
             register(registration[0], registration[1], **registration[2])  # registered at run time by the trainer
-        env = make_env(config)
-        policy = config.policy.build()
+        env = make_env()
+        policy = make_policy()
         if threads:  # the tiny policy's build sets its own thread count; the trainer's choice wins
             torch.set_num_threads(threads)
         conn.send(("ready", None))
@@ -83,12 +84,14 @@ def _worker_main(conn: Any, config: Any, threads: int | None, registration: tupl
             conn.send(("error", traceback.format_exc()))
 
 
-def _registration(env_id: str) -> tuple | None:
+def _registration(env_id: str | None) -> tuple | None:
     """``(id, entry_point, kwargs)`` of an env registered in this process, for the worker to register too."""
     import gymnasium
 
     from lrmgym.registry import _qualify
 
+    if env_id is None:
+        return None
     spec = gymnasium.registry.get(_qualify(env_id))
     if spec is None:
         return None  # an entry-point plug-in: the worker finds it the same way
@@ -99,25 +102,40 @@ class RolloutWorker:
     """A process that samples and grades rollouts with a copy of the trainer's policy.
 
     Args:
-        config: The run's :class:`~lrmgym.configs.schema.RunConfig` (env, judges and policy are rebuilt from it).
+        make_env: Builds the env (judges included) in the worker; picklable.
+        make_policy: Builds the policy in the worker; picklable.
+        env_id: The env's registered id, when the trainer registered it at run time (the worker repeats that).
         threads: torch threads in the worker (``None``: torch's default).
 
     The worker starts building at once; the first :meth:`submit` waits until it is ready, and raises
     :class:`RolloutWorkerError` (with the worker's traceback) if it could not build its env or policy.
     """
 
-    def __init__(self, config: Any, threads: int | None = None) -> None:
+    def __init__(self, make_env: Any, make_policy: Any, env_id: str | None = None, threads: int | None = None) -> None:
         context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
         self._conn, child = context.Pipe()
-        # The config object itself travels (pickled), so that config classes defined outside lrmgym work too.
+        # The builders travel pickled (with the config they close over), so config classes defined outside
+        # lrmgym work too.
         self._process = context.Process(
-            target=_worker_main, args=(child, config, threads, _registration(config.env.id)), name="lrmgym-rollout",
-            daemon=True,
+            target=_worker_main, args=(child, make_env, make_policy, threads, _registration(env_id)),
+            name="lrmgym-rollout", daemon=True,
         )  # fmt: skip
         self._process.start()
         child.close()
         self.pending = False
         self._ready = False  # the worker builds its env and policy while the trainer evaluates
+
+    @classmethod
+    def for_context(cls, ctx: Any, threads: int | None = None) -> RolloutWorker:
+        """A worker that rebuilds ``ctx``'s env and policy (its ``make_env`` and ``make_policy``)."""
+        if ctx.make_env is None or ctx.make_policy is None:
+            raise ValueError(
+                "learner.async_rollouts=true needs a run context that can rebuild its env and policy in a worker "
+                "process (RunContext.make_env and make_policy, which lrmgym.compose.build_context sets); set "
+                "learner.async_rollouts=false when passing objects directly."
+            )
+        spec = getattr(getattr(ctx.env, "unwrapped", ctx.env), "spec", None)
+        return cls(ctx.make_env, ctx.make_policy, getattr(spec, "id", None), threads=threads)
 
     @property
     def pid(self) -> int | None:

@@ -23,6 +23,7 @@ from learner_helpers import run_config  # noqa: E402
 from pydantic import BaseModel, ConfigDict  # noqa: E402
 
 import lrmgym  # noqa: E402
+from lrmgym.compose import train
 from lrmgym.configs.resolve import load_preset  # noqa: E402
 from lrmgym.core import Completion, Task, TextEnv, Verdict  # noqa: E402
 from lrmgym.judges.arena import ArenaJudge, ArenaJudgeConfig  # noqa: E402
@@ -92,7 +93,7 @@ def arena_run(tmp_path_factory) -> tuple[list[dict[str, Any]], list[dict[str, An
                          checkpoint_every=100, progress=False, lr=1e-3)  # fmt: skip
     cfg = run_config(learner, env_id=ENV_ID).model_copy(update={"judge": {"arena": PresetArenaConfig()}})
     run_dir = tmp_path_factory.mktemp("arena_grpo")
-    cfg.learner.run(cfg, run_dir, resume=False)
+    train(cfg, run_dir, resume=False)
     read = lambda name: [json.loads(x) for x in (run_dir / name).read_text().splitlines()]  # noqa: E731
     return read("metrics.jsonl"), read("samples.jsonl")
 

@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 from judge_server import JudgeServer  # noqa: E402
 from learner_helpers import register_test_env, run_config  # noqa: E402
 
+from lrmgym.compose import train
 from lrmgym.judges.arena import ArenaJudgeConfig  # noqa: E402
 from lrmgym.judges.llm import PointwiseJudgeConfig  # noqa: E402
 from lrmgym.judges.rule import AccuracyJudgeConfig  # noqa: E402
@@ -24,7 +25,7 @@ def _run(tmp_path, judges):
     learner = GRPOConfig(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=6, eval_before_after=False,
                          checkpoint_every=100, progress=False, lr=1e-3)  # fmt: skip
     cfg = run_config(learner).model_copy(update={"judge": judges})
-    summary = cfg.learner.run(cfg, tmp_path, resume=False)
+    summary = train(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return summary, lines
 

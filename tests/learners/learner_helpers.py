@@ -106,3 +106,14 @@ def run_config(learner: Any, env_id: str = TEST_ENV_ID, seed: int = 0, eval_task
         eval=EvalConfig(tasks=eval_tasks, n=2, max_new_tokens=8, split=None),
         run=RunSection(seed=seed),
     )
+
+
+def make_loop(cfg: Any, run_dir: Path, setup: bool = False) -> Any:
+    """The learner's run loop over a context built from ``cfg`` (as ``lrmgym.compose.train`` builds it)."""
+    from lrmgym.compose import build_context
+
+    cfg.learner.seed_torch(int(cfg.run.seed))
+    loop = cfg.learner.build(build_context(cfg, run_dir))
+    if setup:
+        loop.algorithm.setup()
+    return loop

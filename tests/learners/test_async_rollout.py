@@ -7,10 +7,11 @@ import os
 import time
 
 import pytest
-from learner_helpers import register_test_env, run_config
+from learner_helpers import make_loop, register_test_env, run_config
 
+from lrmgym.compose import train
 from lrmgym.learners.async_rollout import RolloutWorker, RolloutWorkerError
-from lrmgym.learners.grpo import GRPOConfig, GRPOTrainer
+from lrmgym.learners.grpo import GRPOConfig
 from lrmgym.policies.base import SamplingParams
 
 register_test_env()
@@ -40,12 +41,12 @@ def test_async_run_sees_the_same_data_as_the_synchronous_loop(tmp_path):
     results = {}
     for mode in (False, True):
         cfg = run_config(_learner(async_rollouts=mode, lr=1e-12))
-        trainer = GRPOTrainer(cfg.learner, cfg, tmp_path / str(mode))
-        summary = trainer.train()
+        loop = make_loop(cfg, tmp_path / str(mode))
+        summary = loop.run()
         assert summary["status"] == "finished" and summary["steps"] == 3
         results[mode] = _lines(tmp_path / str(mode))
         if mode:
-            assert trainer.worker is not None and not _alive(trainer.worker.pid)
+            assert loop.algorithm.worker is not None and not _alive(loop.algorithm.worker.pid)
     for sync, lagged in zip(results[False], results[True], strict=True):
         assert lagged["reward/mean"] == pytest.approx(sync["reward/mean"], abs=1e-9)
         assert lagged["length/mean"] == pytest.approx(sync["length/mean"], abs=1e-9)
@@ -55,14 +56,22 @@ def test_async_run_sees_the_same_data_as_the_synchronous_loop(tmp_path):
 
 def test_async_run_learns_with_lag_and_resumes(tmp_path):
     cfg = run_config(_learner(async_rollouts=True, steps=4, checkpoint_every=2))
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     lines = _lines(tmp_path)
     assert [m["step"] for m in lines] == [1, 2, 3, 4]
     assert lines[-1]["ratio_max"] > 1.0  # samples from the policy before the last update: the ratio moved
     # Resume from step 2's checkpoint: steps 3 and 4 run again, once each.
     (tmp_path / "checkpoints" / "step_000004.pt").unlink()
-    cfg.learner.model_copy(update={"steps": 4}).run(cfg, tmp_path, resume=True)
+    train(cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"steps": 4})}), tmp_path, resume=True)
     assert [m["step"] for m in _lines(tmp_path)] == [1, 2, 3, 4]
+
+
+def _builders(cfg):
+    import functools
+
+    from lrmgym.compose import build_env, build_policy
+
+    return functools.partial(build_env, cfg), functools.partial(build_policy, cfg)
 
 
 def test_worker_errors_carry_the_workers_traceback(tmp_path):
@@ -70,7 +79,7 @@ def test_worker_errors_carry_the_workers_traceback(tmp_path):
 
     cfg = run_config(_learner())
     cfg.policy = TinyPolicyConfig(path=str(tmp_path / "nowhere"))
-    worker = RolloutWorker(cfg, threads=1)
+    worker = RolloutWorker(*_builders(cfg), env_id=cfg.env.id, threads=1)
     try:
         with pytest.raises(RolloutWorkerError, match="(?s)failed during start-up.*holds no tiny model"):
             worker.submit(None, [], 2, SamplingParams(), None)
@@ -80,10 +89,10 @@ def test_worker_errors_carry_the_workers_traceback(tmp_path):
 
 
 def test_worker_exits_when_the_trainer_goes_away():
-    from lrmgym.learners.grpo import GRPOTrainer  # noqa: F401  (the trainer's imports, as in a real run)
+    from lrmgym.learners.grpo import GRPO  # noqa: F401  (the trainer's imports, as in a real run)
 
     cfg = run_config(_learner())
-    worker = RolloutWorker(cfg, threads=1)
+    worker = RolloutWorker(*_builders(cfg), env_id=cfg.env.id, threads=1)
     try:
         worker._conn.close()  # what a trainer killed with SIGKILL leaves: the pipe's other end closes
         deadline = time.monotonic() + 60
@@ -108,9 +117,9 @@ def test_sampler_logprobs_as_behaviour_policy_need_the_untempered_distribution()
 def test_one_cpu_runs_synchronously(tmp_path, monkeypatch, capsys):
     from lrmgym.learners import grpo
 
-    monkeypatch.setattr(grpo, "_usable_cpus", lambda: 1)
+    monkeypatch.setattr(grpo, "usable_cpus", lambda: 1)
     cfg = run_config(_learner(async_rollouts=True, steps=1))
-    trainer = GRPOTrainer(cfg.learner, cfg, tmp_path)
-    trainer.train()
-    assert trainer.worker is None and "running synchronously" in capsys.readouterr().out
+    loop = make_loop(cfg, tmp_path)
+    loop.run()
+    assert loop.algorithm.worker is None and "running synchronously" in capsys.readouterr().out
     assert "time/wait_s" not in _lines(tmp_path)[0]

@@ -7,8 +7,9 @@ import math
 import re
 
 import pytest
-from learner_helpers import register_test_env, run_config
+from learner_helpers import make_loop, register_test_env, run_config
 
+from lrmgym.compose import train
 from lrmgym.learners.grpo import GRPOConfig
 from lrmgym.learners.rollout import collate
 
@@ -32,7 +33,7 @@ def _learner(**kw):
 
 def test_run_writes_the_run_directory(tmp_path):
     cfg = run_config(_learner())
-    summary = cfg.learner.run(cfg, tmp_path, resume=False)
+    summary = train(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3]
     for key in (
@@ -60,22 +61,19 @@ def test_run_writes_the_run_directory(tmp_path):
 
 def test_run_refuses_to_overwrite(tmp_path):
     cfg = run_config(_learner(steps=1))
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     msg = (
         f"{tmp_path} already holds a run (metrics or checkpoints); resume it with "
         f"`lrmgym run --resume {tmp_path}` or choose a new run.name."
     )
     with pytest.raises(FileExistsError, match=f"^{re.escape(msg)}$"):
-        cfg.learner.run(cfg, tmp_path, resume=False)
+        train(cfg, tmp_path, resume=False)
 
 
 def _trainer(tmp_path, **kw):
-    from lrmgym.learners.grpo import GRPOTrainer
-
+    """The GRPO algorithm of a run loop, set up (its ``loop`` attribute is the loop)."""
     cfg = run_config(_learner(**kw))
-    trainer = GRPOTrainer(cfg.learner, cfg, tmp_path)
-    trainer._setup()
-    return trainer
+    return make_loop(cfg, tmp_path, setup=True).algorithm
 
 
 def _rollout_tokens(trainer):
@@ -100,8 +98,8 @@ def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg, split):
     whole = _trainer(tmp_path / "a", loss_agg=agg, max_grad_norm=None)
     micro = _trainer(tmp_path / "b", loss_agg=agg, max_grad_norm=None, **split)
     seqs, adv = _rollout_tokens(whole)
-    batch = collate(seqs, adv, micro.pad_id)
-    chunks = micro._micro_batches(batch, list(range(len(batch))))
+    batch = collate(seqs, adv, micro.updater.pad_id)
+    chunks = micro.updater.micro_batches(batch, list(range(len(batch))))
     assert len(chunks) > 1 and sorted(r for c in chunks for r in c) == list(range(len(batch)))
     width = batch.attention_mask.sum(-1)
     if split.get("shared_prefix") is False:  # each pass holds at most 40 padded tokens (or a single longer row)
@@ -114,18 +112,18 @@ def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg, split):
             cost = len(c) * int((width - batch.prompt_len)[c].max()) + len(prompts) * int(batch.prompt_len[c].max())
             assert len(prompts) == 1 or cost <= 40
     assert any(a != 0 for a in adv)
-    whole._update(seqs, adv)
-    micro._update(seqs, adv)
+    whole.updater.update(seqs, adv, True, "recompute")
+    micro.updater.update(seqs, adv, True, "recompute")
     # Compare the accumulated gradients (left in .grad after the step): Adam's update divides by the
     # gradient's scale, which would magnify float noise in near-zero components.
-    for p, q in zip(whole.model.parameters(), micro.model.parameters(), strict=True):
+    for p, q in zip(whole.updater.model.parameters(), micro.updater.model.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7)
 
 
 def test_several_epochs_and_minibatches_recompute_old_logprobs(tmp_path):
     trainer = _trainer(tmp_path, epochs=2, minibatches=3, lr=1e-2)
     seqs, adv = _rollout_tokens(trainer)
-    stats = trainer._update(seqs, adv)
+    stats = trainer.updater.update(seqs, adv, True, "recompute")
     # after the first of 6 optimizer steps the policy has moved, so some ratio differs from 1
     assert stats["ratio_max"] > 1.0
     assert stats["loss"] is not None and stats["clip_frac"] >= 0.0
@@ -133,7 +131,7 @@ def test_several_epochs_and_minibatches_recompute_old_logprobs(tmp_path):
 
 def test_multi_turn_run_on_tiny_model(tmp_path):
     cfg = run_config(_learner(steps=2, group_size=3, prompts_per_step=2), max_turns=2)
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(1.0 < m["turns/mean"] <= 2.0 for m in lines)
     assert all(m["retokenized_turns"] == 0 for m in lines)  # env tokens came from the policy's own encoding
@@ -161,35 +159,35 @@ class _MetricsEnv:
 
 
 def test_judge_metrics_are_merged(tmp_path, monkeypatch):
-    import lrmgym.configs.build as build
+    import lrmgym.compose as compose
 
-    real = build.make_env
-    monkeypatch.setattr(build, "make_env", lambda config: _MetricsEnv(real(config)))
+    real = compose.build_env
+    monkeypatch.setattr(compose, "build_env", lambda config: _MetricsEnv(real(config)))
     cfg = run_config(_learner(steps=2))
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["judge/groups_scored"] for m in lines] == [4, 4]
 
 
 def test_time_budget_stops_early_and_still_finishes(tmp_path):
     cfg = run_config(_learner(steps=50, time_budget_s=1e-3, checkpoint_every=10))
-    summary = cfg.learner.run(cfg, tmp_path, resume=False)
+    summary = train(cfg, tmp_path, resume=False)
     assert summary["status"] == "time_budget" and summary["steps"] == 1
     assert (tmp_path / "checkpoints" / "step_000001.pt").exists()
-    again = cfg.learner.run(cfg, tmp_path, resume=True)  # resuming an over-budget run trains no further
+    again = train(cfg, tmp_path, resume=True)  # resuming an over-budget run trains no further
     assert again["steps"] == 1
 
 
 def test_warmup_counts_training_steps(tmp_path):
     cfg = run_config(_learner(steps=3, warmup_steps=2, lr=1e-3))
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["lr"] for m in lines] == pytest.approx([5e-4, 1e-3, 1e-3])
 
 
 def test_cosine_decay_over_steps(tmp_path):
     cfg = run_config(_learner(steps=5, lr=1e-3, lr_decay="cosine", min_lr_ratio=0.2))
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     # progress k/5 before update k+1: lr = 1e-3 * (0.2 + 0.8 * (1 + cos(pi * k / 5)) / 2)
     expected = [1e-3 * (0.2 + 0.4 * (1 + math.cos(math.pi * k / 5))) for k in range(5)]
@@ -198,26 +196,26 @@ def test_cosine_decay_over_steps(tmp_path):
 
 def test_linear_decay_follows_the_time_budget(tmp_path):
     trainer = _trainer(tmp_path, steps=1000, lr=1e-3, lr_decay="linear", min_lr_ratio=0.0, time_budget_s=100.0)
-    trainer.train_step()
-    trainer.elapsed_s = 75.0  # as if the budget were three quarters spent
-    trainer.scheduler.step()
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.25e-3)  # time, not step 2/1000, leads
+    trainer.loop.train_step()
+    trainer.loop.elapsed_s = 75.0  # as if the budget were three quarters spent
+    trainer.updater.scheduler.step()
+    assert trainer.updater.optimizer.param_groups[0]["lr"] == pytest.approx(0.25e-3)  # time, not step 2/1000, leads
 
 
 def test_expected_steps_follow_the_time_budget(tmp_path):
-    trainer = _trainer(tmp_path, steps=1000, time_budget_s=100.0)
-    assert trainer.expected_steps() == 1000  # nothing measured yet
-    trainer.step, trainer.elapsed_s = 40, 20.0  # 0.5 s a step, 80 s left
-    assert trainer.expected_steps() == 200
-    trainer.cfg = trainer.cfg.model_copy(update={"steps": 150})
-    assert trainer.expected_steps() == 150
-    trainer.cfg = trainer.cfg.model_copy(update={"time_budget_s": None})
-    assert trainer.expected_steps() == 150
+    loop = _trainer(tmp_path, steps=1000, time_budget_s=100.0).loop
+    assert loop.expected_steps() == 1000  # nothing measured yet
+    loop.step, loop.elapsed_s = 40, 20.0  # 0.5 s a step, 80 s left
+    assert loop.expected_steps() == 200
+    loop.cfg = loop.cfg.model_copy(update={"steps": 150})
+    assert loop.expected_steps() == 150
+    loop.cfg = loop.cfg.model_copy(update={"time_budget_s": None})
+    assert loop.expected_steps() == 150
 
 
 def test_kl_is_measured_on_every_nth_step(tmp_path):
     trainer = _trainer(tmp_path, track_kl_every=2, drop_zero_advantage=False)
-    kls = [trainer.train_step()["kl_ref"] for _ in range(3)]
+    kls = [trainer.loop.train_step()["kl_ref"] for _ in range(3)]
     assert kls[0] is not None and kls[2] is not None and kls[1] is None
 
 

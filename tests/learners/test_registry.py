@@ -9,6 +9,7 @@ import pytest
 import torch
 from pydantic import BaseModel, ValidationError
 
+from lrmgym.compose import train
 from lrmgym.learners.advantages import GROUP_ADVANTAGES
 from lrmgym.learners.grpo import GRPOConfig
 from lrmgym.learners.losses import POLICY_LOSSES, PolicyLossOutput, policy_loss, register_policy_loss
@@ -135,6 +136,6 @@ def test_the_learner_trains_with_the_new_entries(tmp_path, pg_loss, adv):
         steps=1, prompts_per_step=3, group_size=4, max_new_tokens=6, eval_before_after=False, progress=False,
         pg_loss=pg_loss, adv_estimator=adv, clip_low=3e-4, clip_high=4e-4, epochs=2,
     ))  # fmt: skip
-    cfg.learner.run(cfg, tmp_path, resume=False)
+    train(cfg, tmp_path, resume=False)
     line = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert math.isfinite(line["loss"]) and math.isfinite(line["grad_norm"]) and line["grad_norm"] > 0

@@ -14,7 +14,9 @@ import pytest
 import yaml
 from learner_helpers import TEST_ENV_ID, register_test_env, run_config, save_tiny_hf
 
-from lrmgym.learners.grpo import GRPOConfig, GRPOTrainer
+from lrmgym.compose import train
+from lrmgym.learners.grpo import GRPOConfig
+from lrmgym.learners.loop import Loop
 
 register_test_env()
 HERE = Path(__file__).resolve().parent
@@ -35,9 +37,9 @@ def _stable(path: Path) -> list[dict]:
 
 def test_resume_after_crash_matches_uninterrupted(tmp_path, monkeypatch):
     cfg = run_config(_learner())
-    cfg.learner.run(cfg, tmp_path / "a", resume=False)
+    train(cfg, tmp_path / "a", resume=False)
 
-    original = GRPOTrainer.train_step
+    original = Loop.train_step
 
     def crash_after_step_3(self):
         out = original(self)
@@ -45,12 +47,12 @@ def test_resume_after_crash_matches_uninterrupted(tmp_path, monkeypatch):
             raise RuntimeError("simulated crash")
         return out
 
-    monkeypatch.setattr(GRPOTrainer, "train_step", crash_after_step_3)
+    monkeypatch.setattr(Loop, "train_step", crash_after_step_3)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        cfg.learner.run(cfg, tmp_path / "b", resume=False)
+        train(cfg, tmp_path / "b", resume=False)
     assert [m["step"] for m in _stable(tmp_path / "b" / "metrics.jsonl")] == [1, 2, 3]
-    monkeypatch.setattr(GRPOTrainer, "train_step", original)
-    cfg.learner.run(cfg, tmp_path / "b", resume=True)
+    monkeypatch.setattr(Loop, "train_step", original)
+    train(cfg, tmp_path / "b", resume=True)
     a, b = _stable(tmp_path / "a" / "metrics.jsonl"), _stable(tmp_path / "b" / "metrics.jsonl")
     assert [m["step"] for m in b] == [1, 2, 3, 4, 5]
     assert a[-1]["reward/mean"] != a[0]["reward/mean"]  # the runs really trained
@@ -62,7 +64,7 @@ def test_resume_without_checkpoint_starts_over(tmp_path):
     (run_dir).mkdir()
     (run_dir / "metrics.jsonl").write_text('{"step": 1, "x": 1}\n{"step": 2, "x"')  # torn line from a crash
     cfg = run_config(_learner(steps=2))
-    cfg.learner.run(cfg, run_dir, resume=True)
+    train(cfg, run_dir, resume=True)
     assert [m["step"] for m in _stable(run_dir / "metrics.jsonl")] == [1, 2]
 
 
@@ -104,7 +106,7 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     from lrmgym.configs.resolve import resolve_dict
 
     clean = resolve_dict(yaml.safe_load((tmp_path / "clean" / "config.yaml").read_text()))
-    clean.learner.run(clean, tmp_path / "clean", resume=False)
+    train(clean, tmp_path / "clean", resume=False)
 
     killed_dir = tmp_path / "killed"
     metrics = killed_dir / "metrics.jsonl"

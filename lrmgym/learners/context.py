@@ -1,0 +1,45 @@
+"""What a learner receives: the built world of one run (:class:`RunContext`).
+
+Learners never build their own env or policy. The composition root (:mod:`lrmgym.compose`) builds them from
+a resolved config, or a library user passes objects directly, so that one stage can continue another's
+weights and any env or policy object can be trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunContext"]
+
+
+@dataclass
+class RunContext:
+    """The world a learner trains in.
+
+    Attributes:
+        env: The env, judges included (a :class:`~lrmgym.core.LearnerEnv`: ``task_at``, ``score_group``,
+            ``feedback``, ``max_turns``).
+        policy: The policy to train (a :class:`~lrmgym.policies.base.TrainablePolicy` for the native learners).
+        eval: Held-out evaluation settings (:class:`~lrmgym.eval.config.EvalConfig`).
+        seed: The run's seed; every stream of randomness derives from it.
+        run_dir: Where the run writes (created by the caller).
+        make_env: Builds an equal env in another process (async rollout workers); picklable. ``None``: the
+            run cannot hand its env to a worker.
+        make_policy: Builds an equal policy in another process; picklable, or ``None``.
+        config: The resolved run config, when there is one (written to records; never used to build).
+    """
+
+    env: Any
+    policy: Any
+    eval: Any
+    seed: int
+    run_dir: Path
+    make_env: Callable[[], Any] | None = None
+    make_policy: Callable[[], Any] | None = None
+    config: Any = None
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)

@@ -1,0 +1,346 @@
+"""The one training loop every native learner runs: an algorithm supplies the step, the loop does the rest.
+
+What the loop owns: the run directory's logs (``metrics.jsonl``, ``samples.jsonl``), checkpoints and resume
+(a killed run continues with no step lost or repeated), the step and time budgets, Ctrl-C (the first asks
+to stop after the current step and saves; the second aborts), the progress bar, held-out evaluation
+(before, every ``eval_every`` steps, after), ``summary.json``, the plot and the before/after table.
+
+What an :class:`Algorithm` owns: its own state (weights, optimizer, data position...) and one training step.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from lrmgym.learners.context import RunContext
+from lrmgym.learners.rundir import (
+    Checkpointer,
+    JsonlLog,
+    atomic_write_json,
+    capture_rng,
+    plot_metrics,
+    restore_rng,
+)
+
+__all__ = ["Algorithm", "Loop", "LoopConfig", "StepResult"]
+
+
+class LoopConfig(BaseModel):
+    """Options of the run loop, shared by every native learner."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    steps: int = Field(150, ge=1, le=10_000_000)
+    """Training steps."""
+    time_budget_s: float | None = Field(None, gt=0.0)
+    """Stop after this many seconds of training (summed over resumes), even before `steps`; None: no limit.
+    Keeps a run's wall time bounded on a busy machine, at the price of a load-dependent step count."""
+    eval_before_after: bool = True
+    """Evaluate on the held-out tasks of `eval` before training and after the last step."""
+    eval_greedy: bool = True
+    """Beside the `eval` settings, also report greedy (temperature 0, one sample) held-out accuracy."""
+    eval_every: int = Field(0, ge=0)
+    """Also evaluate every this many steps (0: only before and after)."""
+    checkpoint_every: int = Field(25, ge=1)
+    """Save a checkpoint every this many steps (and at the end, and on Ctrl-C)."""
+    keep_checkpoints: int = Field(2, ge=1, le=1000)
+    """How many of the newest checkpoints to keep."""
+    log_samples: int = Field(2, ge=0)
+    """Groups per step written to samples.jsonl (all their trajectories, with verdicts)."""
+    torch_threads: int | None = Field(None, ge=1, le=1024)
+    """torch intra-op threads; None keeps torch's default. On a busy 2-core machine 1 can be faster."""
+    progress: bool = True
+    """Show a progress bar with reward and tokens/s."""
+
+
+@dataclass
+class StepResult:
+    """What one algorithm step produced: its metrics line (without ``step``) and its sample records."""
+
+    metrics: dict[str, Any]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Algorithm:
+    """The part of a learner that is not the loop. Subclasses implement :meth:`setup` and :meth:`train_step`.
+
+    ``self.loop`` is set before :meth:`setup`; the algorithm reads ``loop.step`` (steps done),
+    ``loop.progress()`` and ``loop.ctx`` from it.
+    """
+
+    name = "learner"
+    loop: Loop
+
+    def setup(self) -> None:
+        """Build what training needs (optimizer, reference model, workers) from ``self.loop.ctx``."""
+
+    def train_step(self) -> StepResult:
+        """Run one training step."""
+        raise NotImplementedError
+
+    def end_step(self) -> None:
+        """Called once the loop has counted the step and its time (learning-rate schedules step here)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold to resume this algorithm exactly."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
+        """What the progress bar shows of a step's metrics."""
+        return {}
+
+    def close(self) -> None:
+        """Release workers and other resources (called once, also after an error)."""
+
+
+class Loop:
+    """Runs an :class:`Algorithm` in a run directory under a :class:`LoopConfig`."""
+
+    def __init__(self, ctx: RunContext, cfg: LoopConfig, algorithm: Algorithm) -> None:
+        self.ctx, self.cfg, self.algorithm = ctx, cfg, algorithm
+        self.run_dir = ctx.run_dir
+        self.metrics_log = JsonlLog(self.run_dir / "metrics.jsonl")
+        self.samples_log = JsonlLog(self.run_dir / "samples.jsonl")
+        self.checkpoints = Checkpointer(self.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
+        self.step = 0
+        self.elapsed_s = 0.0
+        self.evals: dict[str, dict] = {}
+        algorithm.loop = self
+
+    # ------------------------------------------------------------------------------------------ budget
+    def progress(self) -> float:
+        """How far the run is, in [0, 1]: the larger of its step share and its time-budget share."""
+        done = self.step / self.cfg.steps
+        if self.cfg.time_budget_s is not None:
+            done = max(done, self.elapsed_s / self.cfg.time_budget_s)
+        return min(1.0, done)
+
+    def expected_steps(self) -> int:
+        """The steps this run will reach: ``steps``, or fewer where the time budget runs out first.
+
+        The time budget's share is estimated from the mean step time so far.
+        """
+        budget = self.cfg.time_budget_s
+        if budget is None or self.step == 0 or self.elapsed_s <= 0:
+            return self.cfg.steps
+        left = max(0.0, budget - self.elapsed_s) / (self.elapsed_s / self.step)
+        return min(self.cfg.steps, self.step + math.ceil(left))
+
+    def over_budget(self) -> bool:
+        """Whether the time budget is spent."""
+        return self.cfg.time_budget_s is not None and self.elapsed_s >= self.cfg.time_budget_s
+
+    # ------------------------------------------------------------------------------------------ state
+    def save(self) -> None:
+        """Checkpoint the loop and the algorithm at the current step."""
+        state = {
+            **self.algorithm.state_dict(),
+            "rng": capture_rng(),
+            "elapsed_s": self.elapsed_s,
+            "evals": self.evals,
+        }
+        self.checkpoints.save(self.step, state)
+
+    def _resume(self) -> None:
+        state = self.checkpoints.load_latest()
+        if state is None:  # killed before the first checkpoint: start over in the same directory
+            self.metrics_log.truncate(0)
+            self.samples_log.truncate(0)
+            return
+        self.algorithm.load_state_dict(state)
+        restore_rng(state["rng"])
+        self.step = int(state["step"])
+        self.elapsed_s = float(state.get("elapsed_s", 0.0))
+        self.evals = dict(state.get("evals", {}))
+        # Lines written after the checkpoint belong to steps that will run again: drop them.
+        self.metrics_log.truncate(self.step)
+        self.samples_log.truncate(self.step)
+
+    # ------------------------------------------------------------------------------------------ the loop
+    def run(self, resume: bool = False) -> dict[str, Any]:
+        """Run (or continue) training; returns the summary."""
+        try:
+            self.algorithm.setup()
+            return self._run(resume)
+        finally:
+            self.algorithm.close()
+
+    def _run(self, resume: bool) -> dict[str, Any]:
+        if resume:
+            self._resume()
+        elif self.metrics_log.path.exists() or self.checkpoints.steps():
+            raise FileExistsError(
+                f"{self.run_dir} already holds a run (metrics or checkpoints); resume it with "
+                f"`lrmgym run --resume {self.run_dir}` or choose a new run.name."
+            )
+        if self.cfg.eval_before_after and "before" not in self.evals:
+            self.evals["before"] = self.evaluate("step_0")
+            self.save()  # a resume from here does not evaluate again
+        bar = self._progress_bar()
+        status = "finished"
+        with _Interrupt() as interrupt:
+            while self.step < self.cfg.steps:
+                if self.over_budget():
+                    status = "time_budget"
+                    break
+                metrics = self.train_step()
+                bar.total = self.expected_steps()  # a time budget ends the run before `steps`: say when
+                bar.update(1)
+                bar.set_postfix(**self.algorithm.postfix(metrics))
+                if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.step < self.cfg.steps:
+                    self.evals[f"step_{self.step}"] = self.evaluate(f"step_{self.step}")
+                if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps or self.over_budget():
+                    self.save()
+                if interrupt.requested:
+                    status = "interrupted"
+                    break
+        bar.close()
+        if status == "interrupted":
+            self.save()
+            self.finish(status)
+            raise KeyboardInterrupt
+        if self.cfg.eval_before_after and "after" not in self.evals:
+            self.evals["after"] = self.evaluate(f"step_{self.step}")
+            self.save()  # so that a resume after this point does not evaluate again
+        summary = self.finish(status)
+        self._print_table(summary)
+        return summary
+
+    def train_step(self) -> dict[str, Any]:
+        """One step of the algorithm; appends its line to ``metrics.jsonl`` and returns it."""
+        start = time.perf_counter()
+        out = self.algorithm.train_step()
+        self.step += 1
+        metrics = {"step": self.step, **out.metrics}
+        metrics["time/step_s"] = time.perf_counter() - start
+        self.elapsed_s += metrics["time/step_s"]
+        self.algorithm.end_step()  # after step and elapsed_s have advanced
+        self.metrics_log.append(metrics)
+        for record in out.samples:
+            self.samples_log.append({"step": self.step, **record})
+        return metrics
+
+    def _progress_bar(self) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(
+            total=self.cfg.steps, initial=self.step, desc=self.algorithm.name, unit="step",
+            disable=not self.cfg.progress, dynamic_ncols=True,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    def evaluate(self, tag: str) -> dict[str, Any]:
+        """Held-out evaluation with ``ctx.eval`` (and greedy), results under ``eval/<tag>/``."""
+        from lrmgym.eval import evaluate
+
+        ctx = self.ctx
+        out: dict[str, Any] = {"step": self.step}
+        cfg = ctx.eval
+        report = evaluate(ctx.env, ctx.policy, cfg, self.run_dir / "eval" / tag, progress=self.cfg.progress)
+        out["sampled"] = _eval_summary(report)
+        if self.cfg.eval_greedy and not (cfg.temperature == 0 and cfg.n == 1):
+            greedy = cfg.model_copy(update={"temperature": 0.0, "n": 1, "k": [1]})
+            report = evaluate(
+                ctx.env, ctx.policy, greedy, self.run_dir / "eval" / f"{tag}_greedy", progress=self.cfg.progress
+            )
+            out["greedy"] = _eval_summary(report)
+        model = getattr(ctx.policy, "model", None)
+        if model is not None:
+            model.eval()
+        return out
+
+    # ------------------------------------------------------------------------------------------ the end
+    def finish(self, status: str) -> dict[str, Any]:
+        """Write ``summary.json`` and the plot; returns the summary."""
+        metrics = list(self.metrics_log.records())
+        points = [(e["step"], e["sampled"]["accuracy"]) for e in self.evals.values() if "sampled" in e]
+        plot = plot_metrics(metrics, self.run_dir / "plots" / "metrics.png", evals=sorted(points))
+        last = metrics[-10:]
+        summary = {
+            "status": status,
+            "learner": self.algorithm.name,
+            "steps": self.step,
+            "steps_planned": self.cfg.steps,
+            "train_wall_s": self.elapsed_s,
+            "evals": self.evals,
+            "last10": {
+                k: float(np.mean([m[k] for m in last if m.get(k) is not None]))
+                for k in ("reward/mean", "accuracy", "length/mean", "tokens_per_s", "time/step_s")
+                if any(m.get(k) is not None for m in last)
+            },
+            "run_dir": str(self.run_dir),
+            "plot": str(plot),
+        }
+        atomic_write_json(self.run_dir / "summary.json", summary)
+        return summary
+
+    def _print_table(self, summary: dict) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        before, after = self.evals.get("before"), self.evals.get("after")
+        console = Console()
+        if before and after:
+            table = Table(title=f"Held-out accuracy, {before['sampled']['tasks']} tasks (95% CI)")
+            for col in ("", "before", "after", "change"):
+                table.add_column(col)
+            for key, label in (
+                ("sampled", f"T={self.ctx.eval.temperature:g}, avg@{self.ctx.eval.n}"),
+                ("greedy", "greedy"),
+            ):
+                if key in before and key in after:
+                    b, a = before[key], after[key]
+                    table.add_row(label, _fmt_acc(b), _fmt_acc(a), f"{100 * (a['accuracy'] - b['accuracy']):+.1f} pts")
+            console.print(table)
+        steps, train_s = summary["steps"], summary["train_wall_s"]
+        console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
+
+
+class _Interrupt:
+    """SIGINT handling during training: the first Ctrl-C asks to stop after the current step; the second aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: finishing the current step, then saving a checkpoint (Ctrl-C again to abort now).", flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _eval_summary(report: dict[str, Any]) -> dict[str, Any]:
+    avg = report["avg@n"]
+    return {
+        "accuracy": avg["value"],
+        "ci": avg["ci"],
+        "tasks": report["tasks"],
+        "n": report["n"],
+        "mean_tokens": report.get("mean_tokens"),
+    }
+
+
+def _fmt_acc(e: dict[str, Any]) -> str:
+    low, high = e["ci"]
+    return f"{100 * e['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
