@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from lrmgym.core import Completion, Task, Verdict
 from lrmgym.envs.echo import EchoEnv
-from lrmgym.judges.base import BaseJudge, ContentCache, JudgedEnv, both_orders, content_hash
+from lrmgym.judges import base
+from lrmgym.judges.base import BaseJudge, ContentCache, JudgedEnv, PairwiseAsJudge, both_orders, content_hash
 from lrmgym.judges.rule import AccuracyJudge, FormatJudge, LengthPenalty
 
 
@@ -55,7 +57,7 @@ def test_score_group_composes_weighted_components_and_verifies_once_each():
     assert verdicts[1].score == pytest.approx(0.0 + 0.5 - 2 * 21 / 100)  # echo wants the bare words: wrong
     assert verdicts[1].format_ok is True and verdicts[0].format_ok is False
     assert verdicts[2].correct is False
-    assert all(c.latency_s >= 0 and c.cached is False for v in verdicts for c in v.components)
+    assert all(c.cached is False for v in verdicts for c in v.components)  # latencies: see the fake-clock tests
     assert verdicts[0].reason == "accuracy: match; format_loose: no <think> tag; length: 5 chars"
 
 
@@ -166,7 +168,8 @@ def test_content_cache_is_bounded_lru_and_hash_separates_parts():
     cache.put("c", 3)  # evicts b, the least recently used
     assert cache.get("b") == (False, None) and len(cache) == 2
     assert content_hash("ab", "c") != content_hash("a", "bc")
-    assert content_hash("x\ud800") == content_hash("x\ud800")  # lone surrogates hash without error
+    # Lone surrogates hash without error, and distinct ones stay distinct (no lossy "replace"/"ignore").
+    assert content_hash("x\ud800") == content_hash("x\ud800") != content_hash("x\udc00")
 
 
 def test_pop_metrics_reports_counter_changes_since_the_last_call():
@@ -199,3 +202,95 @@ def test_content_cache_clear_forgets_everything():
     cache.put("a", 1)
     cache.clear()
     assert cache.get("a") == (False, None) and len(cache) == 0
+
+
+# --------------------------------------------------------------------------------------------------- latencies
+class FakeClock:
+    """A ``perf_counter`` that only moves when a judge says it spent time (starts far from 0)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(base, "time", SimpleNamespace(perf_counter=fake))  # base.py's clock only
+    return fake
+
+
+class Slow(BaseJudge):
+    """Spends ``seconds`` of fake time per completion, then scores 1 (or raises, when ``fail``)."""
+
+    def __init__(self, clock, seconds, name, fail=False):
+        super().__init__(name=name)
+        self.clock, self.seconds, self.fail = clock, seconds, fail
+
+    def _score(self, task, completion, verdict):
+        self.clock.advance(self.seconds)
+        if self.fail:
+            raise RuntimeError("late boom")
+        return 1.0, "", False
+
+
+class TimedEcho(EchoEnv):
+    """Echo whose verifier reports a fixed latency of its own."""
+
+    def verify(self, task, completion):
+        return super().verify(task, completion).replace(latency_s=0.125)
+
+
+# All times below are dyadic fractions, so the sums are exact in floating point.
+def test_component_latency_is_the_judge_s_time_and_the_verdict_adds_the_env_s(clock):
+    env = JudgedEnv(TimedEcho(), [Slow(clock, 0.25, "quick"), Slow(clock, 0.5, "slow")])
+    env.reset(seed=0)
+    verdicts = env.score_group(env.task, ["a", "b", "c"])
+    for v in verdicts:
+        assert [c.latency_s for c in v.components] == [0.25, 0.5]
+        assert v.latency_s == 0.125 + 0.25 + 0.5  # the env's own, plus every component's
+    stats = env.judge_stats()
+    assert (stats["quick"]["calls"], stats["quick"]["seconds"]) == (3, 0.75)
+    assert (stats["slow"]["calls"], stats["slow"]["seconds"]) == (3, 1.5)
+    _, _, _, _, info = env.step("a")
+    assert info["env_verdict"].latency_s == 0.125
+    assert info["verdict"].latency_s == 0.875
+
+
+def test_a_failing_judge_s_time_still_counts(clock):
+    env = JudgedEnv(TimedEcho(), [Slow(clock, 0.25, "quick"), Slow(clock, 2.0, "late", fail=True)])
+    env.reset(seed=0)
+    verdict = env.score_group(env.task, ["a"])[0]
+    assert verdict.score is None and [c.latency_s for c in verdict.components] == [0.25, 2.0]
+    assert verdict.latency_s == 0.125 + 0.25 + 2.0
+    assert env.judge_stats()["late"] == {"calls": 1, "failures": 1, "cache_hits": 0, "seconds": 2.0}
+
+
+class SlowPairwise(PairwiseAsJudge):
+    """Spends one fake second per comparison; the longer text wins."""
+
+    name = "slow_pairwise"
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def _compare_once(self, task, first, second):
+        self.clock.advance(1.0)
+        return float(len(first.text) > len(second.text))
+
+
+def test_pairwise_group_latency_is_the_group_s_time_shared_equally(clock):
+    judge = SlowPairwise(clock)
+    env = JudgedEnv(TimedEcho(), judge)
+    env.reset(seed=0)
+    verdicts = env.score_group(env.task, ["a", "bb", "ccc", "dddd"])  # 6 comparisons, 6 s, over 4 completions
+    assert [v.components[0].latency_s for v in verdicts] == [1.5] * 4
+    assert [v.latency_s for v in verdicts] == [0.125 + 1.5] * 4
+    assert [v.score for v in verdicts] == [0.0, 1 / 3, 2 / 3, 1.0]
+    assert (judge.stats()["calls"], judge.stats()["seconds"]) == (4, 6.0)

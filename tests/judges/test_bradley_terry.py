@@ -36,9 +36,63 @@ def test_chain_orders_items_and_middle_item_is_zero():
     assert a > mid > c
 
 
-def test_ties_give_equal_strengths_and_unseen_items_get_zero():
-    fit = fit_bradley_terry(4, [(0, 1, 0.5), (1, 0, 0.5), (0, 2, 0.5)], l2=1.0)
-    np.testing.assert_allclose(fit.strengths, 0.0, atol=1e-12)
+def _bisect(f, lo: float, hi: float) -> float:
+    """The root of an increasing ``f`` on ``[lo, hi]``, by plain bisection."""
+    assert f(lo) < 0 < f(hi)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _log_likelihood(beta, comps, lam):
+    """The regularised soft-outcome log-likelihood, written out term by term (minus the fit's loss)."""
+    total = -0.5 * lam * sum(b * b for b in beta)
+    for i, j, y in comps:
+        d = beta[i] - beta[j]
+        total += y * math.log(_sigmoid(d)) + (1.0 - y) * math.log(_sigmoid(-d))
+    return total
+
+
+def _gradient_ascent(n, comps, lam, step, steps):
+    """Maximise :func:`_log_likelihood` by plain gradient ascent from zero."""
+    beta = [0.0] * n
+    for _ in range(steps):
+        grad = [-lam * b for b in beta]
+        for i, j, y in comps:
+            r = y - _sigmoid(beta[i] - beta[j])  # d loglik / d beta_i; minus that for beta_j
+            grad[i] += r
+            grad[j] -= r
+        beta = [b + step * g for b, g in zip(beta, grad, strict=True)]
+    return beta, max(abs(g) for g in grad)
+
+
+def test_two_players_far_from_the_start_match_the_bisected_optimum():
+    # 36 wins of item 0 (six of them written from item 1's side), 3 losses, 4 ties; a weak L2 pulls little.
+    comps = [(0, 1, 1.0)] * 30 + [(1, 0, 0.0)] * 6 + [(1, 0, 1.0)] * 3 + [(0, 1, 0.5)] * 4
+    lam, n_games, score_0 = 0.05, 43, 30 + 6 + 0 + 4 * 0.5
+    # Summing the stationarity equations gives lam * (beta_0 + beta_1) = 0, so beta = (b, -b) with
+    # d loss / d beta_0 = n_games * sigmoid(2 b) - score_0 + lam * b = 0 (increasing in b).
+    b = _bisect(lambda x: n_games * _sigmoid(2 * x) - score_0 + lam * x, 0.0, 10.0)
+    assert b > 1.0  # the start (0, 0) is far away: its gradient is n_games / 2 - score_0 = -16.5
+    fit = fit_bradley_terry(2, comps, l2=lam)
+    assert fit.converged and 1 <= fit.iterations <= 8  # Newton: a handful of steps, not a linear crawl
+    np.testing.assert_allclose(fit.strengths, [b, -b], rtol=0, atol=1e-6)
+    assert fit.loss == pytest.approx(-_log_likelihood([b, -b], comps, lam), rel=1e-9)
+
+
+def test_ties_and_equal_records_give_equal_strengths_and_unseen_items_get_zero():
+    # Items 0 and 1 tie each other and have the same record against 2 (two wins, one tie); 2 beats 4; 3 is
+    # never seen. The optimum is far from the all-zero start; plain gradient ascent finds it independently.
+    comps = [(0, 1, 0.5), (1, 0, 0.5), (0, 2, 1.0), (0, 2, 1.0), (2, 1, 0.0), (2, 1, 0.0), (0, 2, 0.5),
+             (1, 2, 0.5), (2, 4, 1.0)]  # fmt: skip
+    lam = 0.5
+    expected, grad_norm = _gradient_ascent(5, comps, lam, step=0.2, steps=600)
+    assert grad_norm < 1e-10 and min(abs(expected[k]) for k in (0, 1, 2, 4)) > 0.4
+    fit = fit_bradley_terry(5, comps, l2=lam)
+    assert fit.converged and 1 <= fit.iterations <= 8
+    np.testing.assert_allclose(fit.strengths, expected, rtol=0, atol=1e-6)
+    assert fit.strengths[0] == pytest.approx(fit.strengths[1], abs=1e-12) and fit.strengths[3] == 0.0
 
 
 def test_l2_scales_the_solution_and_strengths_sum_to_zero():
@@ -124,6 +178,10 @@ def test_agrees_with_choix_on_hard_outcomes_with_half_alpha():
 
 def test_empty_graph_and_zero_items():
     assert fit_bradley_terry(3, []).strengths.tolist() == [0.0, 0.0, 0.0]
+    # From a non-zero start only the L2 term acts: its minimiser is 0, and Newton on a quadratic takes one step.
+    alone = fit_bradley_terry(3, [], init=[1.0, -2.0, 3.0])
+    assert alone.iterations == 1 and alone.converged
+    np.testing.assert_allclose(alone.strengths, 0.0, rtol=0, atol=1e-12)
     assert fit_bradley_terry(0, []).strengths.shape == (0,)
 
 
