@@ -33,9 +33,17 @@ def _generate_hf(policy: HFPolicy, prompts: list[str], n: int, sampling: Samplin
     mask = batch["attention_mask"].repeat_interleave(n, 0)
     torch.manual_seed(sampling.seed or 0)
     out = policy.model.generate(
-        ids, attention_mask=mask, do_sample=True, temperature=sampling.temperature, top_k=0, top_p=1.0,
-        max_new_tokens=sampling.max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        output_logits=True, return_dict_in_generate=True,
+        ids,
+        attention_mask=mask,
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=sampling.max_new_tokens,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
     )
     new = out.sequences[:, ids.shape[1] :]  # [B*n, T]
     logits = torch.stack(out.logits, 1).float()  # [B*n, T, V]

@@ -55,9 +55,7 @@ def register(env_id: str, entry_point: str | Callable[..., TextEnv], **kwargs: A
         **kwargs: Default constructor options, validated against the env's ``Config`` when it is made.
     """
     if not isinstance(env_id, str) or not _ID_RE.match(env_id):
-        raise ValueError(
-            f"Invalid env id {env_id!r}: expected '[namespace/]Name-vN', for example 'lrmgym/Math-v0'."
-        )
+        raise ValueError(f"Invalid env id {env_id!r}: expected '[namespace/]Name-vN', for example 'lrmgym/Math-v0'.")
     # Text envs validate their own inputs and enforce reset/step order, so gymnasium's passive checker
     # (written for array spaces) and OrderEnforcing wrapper are off: make() returns the env itself.
     gymnasium.register(
@@ -126,4 +124,3 @@ def env_class(env_id: str) -> type | None:
 def make(env_id: str, **kwargs: Any) -> TextEnv:
     """Make an env by id (``"Math-v0"`` or ``"lrmgym/Math-v0"``); ``kwargs`` are its options."""
     return gymnasium.make(spec(env_id).id, **kwargs)
-

@@ -63,7 +63,12 @@ def test_reset_without_seed_draws_a_stream_seed():
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
-        ({"idx": 1}, ValueError, "Unknown reset option(s) ['idx']; allowed: 'index' (pin task i of the stream) or 'task' (pin a Task object)."),
+        (
+            {"idx": 1},
+            ValueError,
+            "Unknown reset option(s) ['idx']; "
+            "allowed: 'index' (pin task i of the stream) or 'task' (pin a Task object).",
+        ),
         ({"index": -1}, ValueError, "Task index must be a non-negative integer, got -1."),
         ({"task": "t"}, TypeError, "reset(options={'task': ...}) expects a lrmgym.Task, got str."),
     ],

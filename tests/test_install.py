@@ -13,7 +13,9 @@ def test_cpu_install_has_no_cuda_torch_nor_gpu_only_packages():
     import torch
 
     gpu = sorted(
-        d.metadata["Name"] for d in importlib.metadata.distributions() if d.metadata["Name"].lower().startswith(GPU_ONLY)
+        d.metadata["Name"]
+        for d in importlib.metadata.distributions()
+        if d.metadata["Name"].lower().startswith(GPU_ONLY)
     )
     assert torch.version.cuda is None, f"a CUDA build of torch was installed: {torch.__version__}"
     assert gpu == [], f"GPU-only packages were installed: {gpu}"

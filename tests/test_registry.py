@@ -62,7 +62,9 @@ def test_third_party_plugin_through_entry_points(tmp_path):
     dist = tmp_path / "plugpkg-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plugpkg\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text('[lrmgym.envs]\nPlug-v0 = plugpkg:PlugEnv\nacme/Other-v1 = plugpkg:PlugEnv\n')
+    (dist / "entry_points.txt").write_text(
+        "[lrmgym.envs]\nPlug-v0 = plugpkg:PlugEnv\nacme/Other-v1 = plugpkg:PlugEnv\n"
+    )
     script = textwrap.dedent(
         """
         import sys, gymnasium, lrmgym
@@ -90,7 +92,8 @@ def test_core_imports_stay_light():
     """core and the registry import no torch, transformers, sympy or pydantic-heavy modules."""
     code = (
         "import sys, lrmgym.core, lrmgym.registry; "
-        "print(sorted(m for m in ('torch','transformers','sympy','math_verify','peft','matplotlib') if m in sys.modules))"
+        "print(sorted(m for m in ('torch','transformers','sympy','math_verify','peft','matplotlib') "
+        "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr

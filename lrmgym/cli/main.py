@@ -106,7 +106,7 @@ def cli() -> None:
       lrmgym eval env=game24 eval.n=8         pass@k of a policy on an env
       lrmgym envs list                        the registered environments
       lrmgym config show env=math learner.lr=1e-4
-    """
+    """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker); a raw docstring breaks it
 
 
 # ------------------------------------------------------------------------------------------------ envs
@@ -220,7 +220,10 @@ def _new_run_dir(cfg: Any) -> Path:
     return run_dir
 
 
-@cli.command(short_help="Train a policy, e.g. lrmgym run env=math learner=grpo.", context_settings={"ignore_unknown_options": True})
+@cli.command(
+    short_help="Train a policy, e.g. lrmgym run env=math learner=grpo.",
+    context_settings={"ignore_unknown_options": True},
+)
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="Continue the run in this directory.")
 def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
@@ -271,7 +274,11 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ eval
-@cli.command("eval", short_help="Evaluate a policy on an env: pass@k, avg@n, by difficulty.", context_settings={"ignore_unknown_options": True})
+@cli.command(
+    "eval",
+    short_help="Evaluate a policy on an env: pass@k, avg@n, by difficulty.",
+    context_settings={"ignore_unknown_options": True},
+)
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 def eval_(overrides: tuple[str, ...]) -> None:
     """Evaluate a policy on an env: pass@k, avg@n, accuracy by difficulty, e.g. `lrmgym eval env=game24 eval.n=8`.

@@ -1,0 +1,1 @@
+"""Run configuration: YAML presets, the pydantic schema, and the resolver for ``GROUP=PRESET`` overrides."""

@@ -117,7 +117,8 @@ def parse_overrides(tokens: Sequence[str]) -> tuple[dict[str, Any], list[tuple[l
         path = key.split(".")
         if path[0] not in SECTIONS:
             raise ConfigError(
-                f"{key}: unknown key (value {_show(value)}); allowed: {', '.join(SECTIONS)}.{_did_you_mean(path[0], SECTIONS)}"
+                f"{key}: unknown key (value {_show(value)}); allowed: {', '.join(SECTIONS)}."
+                f"{_did_you_mean(path[0], SECTIONS)}"
             )
         if len(path) == 1:
             if path[0] not in GROUPS:
@@ -156,7 +157,9 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
             child = node[part] = {}
         elif not isinstance(child, dict):
             where = ".".join(path[: i + 1])
-            raise ConfigError(f"{'.'.join(path)}: {where} is {_show(child)}, not a section; it has no key {path[i + 1]!r}.")
+            raise ConfigError(
+                f"{'.'.join(path)}: {where} is {_show(child)}, not a section; it has no key {path[i + 1]!r}."
+            )
         node = child
     node[path[-1]] = value
 

@@ -43,12 +43,27 @@ def test_envs_sample_is_deterministic_and_json():
     ("args", "message"),
     [
         (("envs", "show", "Ecoh-v0"), "Error: Unknown environment id 'Ecoh-v0'. Did you mean 'lrmgym/Echo-v0'?"),
-        (("envs", "sample", "Echo-v0", "words=0"), "Error: env.words: invalid value 0: expected greater than or equal to 1."),
-        (("envs", "sample", "Echo-v0", "wrds=2"), "Error: env.wrds: unknown key (value 2); allowed: max_turns, words. Did you mean 'words'?"),
-        (("envs", "sample", "Echo-v0", "oops"), "Error: 'oops' is not an env option: expected KEY=VALUE, e.g. difficulty=2."),
+        (
+            ("envs", "sample", "Echo-v0", "words=0"),
+            "Error: env.words: invalid value 0: expected greater than or equal to 1.",
+        ),
+        (
+            ("envs", "sample", "Echo-v0", "wrds=2"),
+            "Error: env.wrds: unknown key (value 2); allowed: max_turns, words. Did you mean 'words'?",
+        ),
+        (
+            ("envs", "sample", "Echo-v0", "oops"),
+            "Error: 'oops' is not an env option: expected KEY=VALUE, e.g. difficulty=2.",
+        ),
         (("config", "show", "env=echo", "policy=mock", "bogus"), "Error: 'bogus' is not an override"),
-        (("run", "--resume", "/nonexistent/run"), "Error: --resume: '/nonexistent/run/config.yaml' not found; expected a run directory made by `lrmgym run`."),
-        (("run", "--resume", "/tmp", "env=echo"), "Error: --resume continues a run with its saved config; remove the overrides env=echo"),
+        (
+            ("run", "--resume", "/nonexistent/run"),
+            "Error: --resume: '/nonexistent/run/config.yaml' not found; expected a run directory made by `lrmgym run`.",
+        ),
+        (
+            ("run", "--resume", "/tmp", "env=echo"),
+            "Error: --resume continues a run with its saved config; remove the overrides env=echo",
+        ),
     ],
 )
 def test_user_mistakes_exit_2_with_one_error_line(args, message):
@@ -75,8 +90,10 @@ def test_config_presets_lists_groups():
 
 def test_missing_model_folder_is_a_user_error_and_leaves_no_run_behind(tmp_path):
     missing = tmp_path / "no-such-model"
-    for args in (["run", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={tmp_path / 'runs'}"],
-                 ["eval", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={tmp_path / 'runs'}"]):
+    for args in (
+        ["run", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={tmp_path / 'runs'}"],
+        ["eval", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={tmp_path / 'runs'}"],
+    ):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output
@@ -88,10 +105,14 @@ def test_judge_command_scores_exactly_the_listed_judges(tmp_path):
     """`lrmgym judge` adds no accuracy judge: a file without a verifier is still graded by format alone."""
     src = tmp_path / "in.jsonl"
     src.write_text(
-        json.dumps({"prompt": "Q:1+1. A:", "completion": "<think>1+1=2</think><answer>2</answer>"}) + "\n"
-        + json.dumps({"prompt": "Q:1+1. A:", "completion": "<answer>2</answer> and more"}) + "\n"
+        json.dumps({"prompt": "Q:1+1. A:", "completion": "<think>1+1=2</think><answer>2</answer>"})
+        + "\n"
+        + json.dumps({"prompt": "Q:1+1. A:", "completion": "<answer>2</answer> and more"})
+        + "\n"
     )
-    result = CliRunner().invoke(cli, ["judge", "--input", str(src), "--output", str(tmp_path / "out.jsonl"), "judge=format_strict"])
+    result = CliRunner().invoke(
+        cli, ["judge", "--input", str(src), "--output", str(tmp_path / "out.jsonl"), "judge=format_strict"]
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["verdict"]["score"] for r in rows] == [1.0, 0.0]

@@ -51,20 +51,48 @@ def test_round_trip_through_yaml_dict():
 @pytest.mark.parametrize(
     ("tokens", "message"),
     [
-        (("foo",), "'foo' is not an override: expected GROUP=PRESET (e.g. env=math) or dotted.key=VALUE (e.g. learner.lr=1e-6)."),
-        (("=3",), "'=3' is not an override: expected GROUP=PRESET (e.g. env=math) or dotted.key=VALUE (e.g. learner.lr=1e-6)."),
-        (("evn=math",), "evn: unknown key (value 'math'); allowed: env, eval, judge, learner, policy, run. Did you mean 'env'?"),
+        (
+            ("foo",),
+            "'foo' is not an override: "
+            "expected GROUP=PRESET (e.g. env=math) or dotted.key=VALUE (e.g. learner.lr=1e-6).",
+        ),
+        (
+            ("=3",),
+            "'=3' is not an override: "
+            "expected GROUP=PRESET (e.g. env=math) or dotted.key=VALUE (e.g. learner.lr=1e-6).",
+        ),
+        (
+            ("evn=math",),
+            "evn: unknown key (value 'math'); allowed: env, eval, judge, learner, policy, run. Did you mean 'env'?",
+        ),
         (("run=x",), "run: is a section, not a preset group; set its keys instead, e.g. run.KEY=VALUE."),
         (("env=ecco",), "env: unknown preset 'ecco'; allowed: {envs}. Did you mean 'echo'?"),
         (("env.wrds=2",), "env.wrds: unknown key (value 2); allowed: max_turns, words. Did you mean 'words'?"),
-        (("env.words=many",), "env.words: invalid value 'many': expected a valid integer, unable to parse string as an integer."),
+        (
+            ("env.words=many",),
+            "env.words: invalid value 'many': expected a valid integer, unable to parse string as an integer.",
+        ),
         (("env.words=0",), "env.words: invalid value 0: expected greater than or equal to 1."),
-        (("env.id=lrmgym/Ecco-v0",), "env.id: unknown environment 'lrmgym/Ecco-v0'; allowed: {ids}. Did you mean 'lrmgym/Echo-v0'?"),
+        (
+            ("env.id=lrmgym/Ecco-v0",),
+            "env.id: unknown environment 'lrmgym/Ecco-v0'; allowed: {ids}. Did you mean 'lrmgym/Echo-v0'?",
+        ),
         (("run.seed=-1",), "run.seed: invalid value -1: expected greater than or equal to 0."),
         (("run.sed=1",), "run.sed: unknown key (value 1); allowed: name, output_dir, seed. Did you mean 'seed'?"),
-        (("policy.kind=mok",), "policy.kind: unknown kind 'mok'; allowed: hf, mock, openai, tiny, vllm. Did you mean 'mock'?"),
-        (("policy.mode=randm",), "policy.mode: invalid value 'randm'; allowed: 'random', 'adversarial' or 'scripted'. Did you mean 'random'?"),
-        (("eval.n=2", "eval.k=[1,4]"), "eval: eval.k contains 4 but eval.n is 2: pass@4 needs at least 4 samples per task. Raise eval.n to 4 or more, or drop 4 from eval.k."),
+        (
+            ("policy.kind=mok",),
+            "policy.kind: unknown kind 'mok'; allowed: hf, mock, openai, tiny, vllm. Did you mean 'mock'?",
+        ),
+        (
+            ("policy.mode=randm",),
+            "policy.mode: invalid value 'randm'; allowed: 'random', 'adversarial' or 'scripted'. "
+            "Did you mean 'random'?",
+        ),
+        (
+            ("eval.n=2", "eval.k=[1,4]"),
+            "eval: eval.k contains 4 but eval.n is 2: pass@4 needs at least 4 samples per task. "
+            "Raise eval.n to 4 or more, or drop 4 from eval.k.",
+        ),
         (("judge=nope",), "judge: unknown preset 'nope'; allowed: {judges}."),
         (("env.words.x=1",), "env.words.x: env.words is 3, not a section; it has no key 'x'."),
     ],
@@ -87,7 +115,9 @@ def test_cli_exits_2_with_one_line_and_writes_nothing(tmp_path):
 
     result = CliRunner().invoke(cli, ["run", "env=echo", "learner.lrr=1", f"run.output_dir={tmp_path}"])
     assert result.exit_code == 2
-    assert re.fullmatch(r"Error: learner\.lrr: unknown key \(value 1\); allowed: [a-z_, ]+\. Did you mean 'lr'\?\n", result.output)
+    assert re.fullmatch(
+        r"Error: learner\.lrr: unknown key \(value 1\); allowed: [a-z_, ]+\. Did you mean 'lr'\?\n", result.output
+    )
     assert list(tmp_path.iterdir()) == []
 
 

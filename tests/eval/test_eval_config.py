@@ -11,8 +11,10 @@ from lrmgym.eval.config import EvalConfig
 
 
 def test_k_above_n_is_an_error_naming_both():
-    msg = ("eval.k contains 16 but eval.n is 8: pass@16 needs at least 16 samples per task. "
-           "Raise eval.n to 16 or more, or drop 16 from eval.k.")
+    msg = (
+        "eval.k contains 16 but eval.n is 8: pass@16 needs at least 16 samples per task. "
+        "Raise eval.n to 16 or more, or drop 16 from eval.k."
+    )
     with pytest.raises(ValidationError, match=re.escape(msg)):
         EvalConfig(n=8, k=[1, 16])
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import lrmgym
 from lrmgym.cli.judge_cmd import command
-from lrmgym.configs.resolve import validate_component, list_presets, load_preset
+from lrmgym.configs.resolve import list_presets, load_preset, validate_component
 from lrmgym.judges.arena import ArenaJudge
 from lrmgym.judges.pairwise_rule import RulePairwiseJudge
 from lrmgym.judges.rule import AccuracyJudge, FormatJudge

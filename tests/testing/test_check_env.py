@@ -6,7 +6,7 @@ import time
 import pytest
 
 import lrmgym
-from lrmgym.core import Task, TextEnv, Verdict
+from lrmgym.core import Task, Verdict
 from lrmgym.envs.echo import EchoEnv
 from lrmgym.testing import EnvCheckError, check_env
 
