@@ -79,7 +79,9 @@ def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None
             _, state, tasks, group_size, sampling, max_turns = message
             if state is not None:
                 policy.model.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))
-            conn.send(("ok", rollout(env, policy, tasks, group_size, sampling, max_turns=max_turns)))
+            ro = rollout(env, policy, tasks, group_size, sampling, max_turns=max_turns)
+            pop = getattr(env, "pop_metrics", None)  # the judges' counters of this rollout travel with it
+            conn.send(("ok", (ro, pop() if callable(pop) else None)))
         except Exception:
             conn.send(("error", traceback.format_exc()))
 
@@ -123,6 +125,8 @@ class RolloutWorker:
         self._process.start()
         child.close()
         self.pending = False
+        self.pending_state: bytes | None = None  # the weights the pending rollout samples with
+        self.judge_metrics: dict | None = None  # the worker's judge metrics of the last collected rollout
         self._ready = False  # the worker builds its env and policy while the trainer evaluates
 
     @classmethod
@@ -144,27 +148,34 @@ class RolloutWorker:
 
     def submit(
         self,
-        model: torch.nn.Module,
+        model: torch.nn.Module | None,
         tasks: Sequence[Task],
         group_size: int,
         sampling: SamplingParams,
         max_turns: int | None,
+        state: bytes | None = None,
     ) -> None:
-        """Start a rollout with ``model``'s current weights; collect it with :meth:`result`."""
+        """Start a rollout with ``model``'s current weights (or the saved ``state``); collect it with :meth:`result`.
+
+        ``state`` is :attr:`pending_state` as a checkpoint saved it: a resumed run samples its first step with
+        the weights the interrupted run had handed the worker, so it continues exactly.
+        """
         if self.pending:
             raise RuntimeError("A rollout is already pending; collect it with result() first.")
         if not self._ready:
             self._receive("start-up")
             self._ready = True
-        self._conn.send(("rollout", _state_bytes(model), list(tasks), group_size, sampling, max_turns))
-        self.pending = True
+        weights = state if state is not None else (_state_bytes(model) if model is not None else None)
+        self._conn.send(("rollout", weights, list(tasks), group_size, sampling, max_turns))
+        self.pending, self.pending_state = True, weights
 
     def result(self) -> Rollout:
         """Wait for the pending rollout."""
         if not self.pending:
             raise RuntimeError("No rollout is pending; submit() one first.")
-        self.pending = False
-        return self._receive("rollout")
+        self.pending, self.pending_state = False, None
+        ro, self.judge_metrics = self._receive("rollout")
+        return ro
 
     def _receive(self, what: str) -> Any:
         try:

@@ -110,6 +110,7 @@ class GRPO(Algorithm):
         self.cfg = cfg
         self.data_pos = 0
         self.worker: Any = None
+        self._resume_weights: bytes | None = None  # async: the weights of the rollout pending at the checkpoint
 
     def setup(self) -> None:
         """Check the policy, build the updater, start the rollout worker (async) or not."""
@@ -122,7 +123,9 @@ class GRPO(Algorithm):
         check_trainable(ctx.policy, self.name)
         self.env, self.policy = ctx.env, ctx.policy
         self.turns = int(cfg.max_turns or env_attr(self.env, "max_turns", 1) or 1)
-        self.updater = PolicyUpdater(cfg, self.policy, self.loop.progress, cfg.max_new_tokens * self.turns)
+        self.updater = PolicyUpdater(
+            cfg, self.policy, self.loop.progress, cfg.max_new_tokens * self.turns, temperature=cfg.temperature
+        )
         self.train_seed = derived_seed(ctx.seed, _TRAIN_STREAM)
         if cfg.async_rollouts and usable_cpus() < 2:
             print(
@@ -147,7 +150,8 @@ class GRPO(Algorithm):
         else:
             wait_start = time.perf_counter()
             if not self.worker.pending:  # the first step of this process: nothing was started ahead
-                self.worker.submit(self.updater.model, self._tasks(self.data_pos), g, self._sampling(step), self.turns)
+                tasks, weights, self._resume_weights = self._tasks(self.data_pos), self._resume_weights, None
+                self.worker.submit(self.updater.model, tasks, g, self._sampling(step), self.turns, state=weights)
             ro = self.worker.result()
             wait_s = time.perf_counter() - wait_start
             if step + 1 < cfg.steps:  # the next step's rollout, with the weights before this update
@@ -164,13 +168,19 @@ class GRPO(Algorithm):
         train_start = time.perf_counter()
         measure_kl = cfg.track_kl and step % cfg.track_kl_every == 0
         behavior = "sampler" if cfg.async_rollouts else cfg.behavior_logprobs  # async: pi_old is the sampler's
+        gradeable = [i for i in range(len(trajs)) if flat_valid[i]]
+        completions = [turn.completion for t in trajs for turn in t.policy_turns]
         stats = self.updater.update(
-            [tokenized[i] for i in rows], [float(flat_adv[i]) for i in rows], measure_kl, behavior
-        )
+            [tokenized[i] for i in rows], [float(flat_adv[i]) for i in rows], measure_kl, behavior,
+            norm_seqs=sum(1 for i in gradeable if any(tokenized[i].policy_mask)),
+            norm_tokens=sum(sum(tokenized[i].policy_mask) for i in gradeable),
+            sampler_known=all(c is not None and c.logprobs is not None for c in completions),
+        )  # fmt: skip
         train_s = time.perf_counter() - train_start
         stats["lr"] = self.updater.optimizer.param_groups[0]["lr"]  # the rate this step's update used
         self.data_pos += b
-        metrics = rollout_metrics(ro, trajs, tokenized, adv.zero_variance, len(rows), self.turns, self.env)
+        judged = self.worker.judge_metrics if self.worker is not None else None  # async: the worker's judges
+        metrics = rollout_metrics(ro, trajs, tokenized, adv.zero_variance, len(rows), self.turns, self.env, judged)
         metrics.update(stats)
         metrics.update({"time/generate_s": ro.generate_s, "time/score_s": ro.score_s, "time/train_s": train_s})
         if wait_s is not None:  # with async rollouts: how long this step waited for the worker
@@ -189,13 +199,22 @@ class GRPO(Algorithm):
         return self.cfg.sampling(derived_seed(self.loop.ctx.seed, _SAMPLING, step))
 
     def state_dict(self) -> dict[str, Any]:
-        """The updater's state and the position in the training stream."""
-        return {**self.updater.state_dict(), "data_pos": self.data_pos}
+        """The updater's state, the position in the training stream and (async) the pending rollout's weights.
+
+        With async rollouts the next step's rollout was handed to the worker with the weights before this
+        step's update; a resumed run must sample that step with those weights, not with the newer ones, so they
+        are saved too (one more copy of the weights per checkpoint).
+        """
+        state = {**self.updater.state_dict(), "data_pos": self.data_pos}
+        if self.worker is not None and self.worker.pending:
+            state["async_pending_weights"] = self.worker.pending_state
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.updater.load_state_dict(state)
         self.data_pos = int(state["data_pos"])
+        self._resume_weights = state.get("async_pending_weights")
 
     def postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
         """Reward, accuracy and tokens/s for the progress bar."""

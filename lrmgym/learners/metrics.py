@@ -21,6 +21,7 @@ def rollout_metrics(
     trained: int,
     turns: int,
     env: Any,
+    judge_metrics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Reward, accuracy, signal, length and throughput of one step's rollouts (and the env's judge metrics).
 
@@ -32,6 +33,8 @@ def rollout_metrics(
         trained: How many trajectories went into the update.
         turns: Policy turns allowed per episode.
         env: The env (its ``pop_metrics()``, when it has one, adds ``judge/*`` keys).
+        judge_metrics: The judges' metrics of this rollout when another process graded it (async rollouts);
+            they replace the env's own (which then judged nothing).
     """
     rewards = [t.reward for t in trajs if t.reward is not None]
     judged = [t.verdict.correct for t in trajs if t.verdict is not None and t.verdict.correct is not None]
@@ -56,8 +59,9 @@ def rollout_metrics(
         metrics["first_turn_accuracy"] = float(np.mean(first)) if first else None
         metrics["retokenized_turns"] = sum(s.retokenized for s in tokenized)
     pop = env_attr(env, "pop_metrics")
-    if callable(pop):
-        metrics.update({f"judge/{k}": v for k, v in (pop() or {}).items()})
+    own = pop() if callable(pop) else None
+    judged = judge_metrics if judge_metrics is not None else own
+    metrics.update({f"judge/{k}": v for k, v in (judged or {}).items()})
     return metrics
 
 

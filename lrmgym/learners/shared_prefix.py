@@ -62,6 +62,7 @@ def forward_logprobs(
     prompt_len: torch.Tensor | None,
     pad_id: int,
     entropy: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Next-token log-probs of right-padded rows, sharing the forward pass of equal prompts.
 
@@ -74,6 +75,8 @@ def forward_logprobs(
             padded tokens (no prompt shared by two rows, or prompts short next to the completions).
         pad_id: Token used for padding.
         entropy: Also return the (detached) entropy of each next-token distribution.
+        temperature: Score under ``softmax(logits / temperature)``, the distribution a sampler at that
+            temperature drew from (so the importance ratio compares like with like); 1 is the model's own.
 
     Returns:
         ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
@@ -86,6 +89,8 @@ def forward_logprobs(
     owner = None if prompt_len is None or int(prompt_len.min()) < 1 else prompt_groups(input_ids, prompt_len)
     if owner is None or not _worth_sharing(owner, prompt_len, lengths, width):
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        if temperature != 1.0:
+            logits = logits / temperature
         return token_logprobs(logits, input_ids), token_entropy(logits.detach()) if entropy else None
     device = input_ids.device
     plen = prompt_len.to(device)
@@ -116,6 +121,8 @@ def forward_logprobs(
     ).logits  # fmt: skip
     # Position j of `scores` predicts continuation token j: from the prompt's last position for j = 0.
     scores = torch.cat([first[idx].unsqueeze(1), logits_c[:, :-1]], dim=1).float()  # [N, C, V]
+    if temperature != 1.0:
+        scores = scores / temperature
     lp = torch.gather(scores, -1, cont.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scores, dim=-1)  # [N, C]
     # Scatter into the plain layout: continuation token j of row i is target column plen_i - 1 + j. Padding
     # goes to one spare column (width - 1), dropped at the end.

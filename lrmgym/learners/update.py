@@ -130,10 +130,15 @@ class PolicyUpdater:
         policy: A trainable policy (``model``, ``tokenizer``).
         progress: The run's progress in [0, 1] (drives decaying learning-rate schedules).
         norm_len: Dr. GRPO's constant length normaliser (the generation budget of a trajectory).
+        temperature: The rollouts' sampling temperature: every log-prob the update computes is taken under
+            ``softmax(logits / temperature)``, the distribution the sampler drew from.
     """
 
-    def __init__(self, cfg: PolicyGradientConfig, policy: Any, progress: Any, norm_len: int) -> None:
+    def __init__(
+        self, cfg: PolicyGradientConfig, policy: Any, progress: Any, norm_len: int, temperature: float = 1.0
+    ) -> None:
         self.cfg, self.policy, self.progress, self.norm_len = cfg, policy, progress, norm_len
+        self.temperature = temperature
         self.model = policy.model
         self.device = next(self.model.parameters()).device
         self.ref_model = None
@@ -184,6 +189,7 @@ class PolicyUpdater:
         return forward_logprobs(
             model, batch.input_ids.to(self.device), batch.attention_mask.to(self.device),
             batch.prompt_len if self.cfg.shared_prefix else None, self.pad_id, entropy=entropy,
+            temperature=self.temperature,
         )  # fmt: skip
 
     @torch.no_grad()
@@ -234,7 +240,15 @@ class PolicyUpdater:
 
     # ------------------------------------------------------------------------------------------ the update
     def update(
-        self, seqs: Sequence[Any], advantages: Sequence[float], measure_kl: bool, behavior: str
+        self,
+        seqs: Sequence[Any],
+        advantages: Sequence[float],
+        measure_kl: bool,
+        behavior: str,
+        *,
+        norm_seqs: int | None = None,
+        norm_tokens: int | None = None,
+        sampler_known: bool = False,
     ) -> dict[str, float | None]:
         """Epochs x minibatches of policy-gradient steps on ``seqs``; returns update statistics.
 
@@ -243,16 +257,32 @@ class PolicyUpdater:
             advantages: One advantage per trajectory.
             measure_kl: Compute the KL to the reference model this step (always when ``kl_coef > 0``).
             behavior: Where pi_old comes from: ``"recompute"`` (the trainer) or ``"sampler"`` (its log-probs).
+            norm_seqs: The trajectories the loss's normaliser counts (GRPO's 1/G counts every gradeable
+                sample); default ``len(seqs)``. A learner that leaves out zero-advantage trajectories (they carry
+                no policy gradient) passes the count with them, so that leaving them out changes no gradient.
+            norm_tokens: The same for ``loss_agg=token_mean``: the policy tokens the normaliser counts.
+            sampler_known: Every policy token of ``seqs`` carries the sampler's log-prob: measure the
+                train/infer gap (``train_infer/*``) between the sampler's and this model's log-probs.
         """
         empty: dict[str, float | None] = {
             "loss": None, "clip_frac": None, "entropy": None, "kl_ref": None, "grad_norm": None, "ratio_max": None,
         }  # fmt: skip
+        if sampler_known:
+            empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
         if not seqs:
             return empty
         cfg = self.cfg
         batch = collate(seqs, advantages, self.pad_id)
         n = len(batch)
         loss_mask = batch.loss_mask.to(self.device)
+        # The share of the normaliser's samples (or tokens) that are here: each minibatch's mean is scaled by it.
+        if cfg.loss_agg == "token_mean":
+            here = float(loss_mask.sum())
+            scale = here / max(float(norm_tokens), here, 1.0) if norm_tokens is not None else 1.0
+        else:
+            here = float((loss_mask.sum(-1) > 0).sum())
+            scale = here / max(float(norm_seqs), here, 1.0) if norm_seqs is not None else 1.0
+        sampler_lp = batch.sampler_logprobs.to(self.device) if sampler_known else None
         # Reusing the first forward's detached log-probs as pi_old is exact only while the weights have not
         # moved, i.e. with one epoch of one minibatch; otherwise pi_old is recomputed up front.
         reuse_old = behavior == "recompute" and cfg.epochs == 1 and cfg.minibatches == 1
@@ -265,6 +295,7 @@ class PolicyUpdater:
         norm_len = self.norm_len
         self.model.train()
         sums = {"loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_max": 0.0, "grad_norm": 0.0}
+        sums.update(gap=0.0, gap_kl=0.0)
         optim_steps = 0
         for epoch in range(cfg.epochs):
             order = torch.randperm(n).tolist() if cfg.minibatches > 1 else list(range(n))
@@ -290,11 +321,12 @@ class PolicyUpdater:
                         kl = kl_penalty(logp, ref_all[micro, :t], cfg.kl_estimator)
                         if cfg.kl_coef > 0:
                             loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.loss_agg, norm_len=norm_len)
-                    # Weight so that the micro-batches sum to the minibatch's aggregate (exact for every mode).
+                    # Weight so that the micro-batches sum to the minibatch's aggregate (exact for every mode),
+                    # scaled to the normaliser's count.
                     if cfg.loss_agg == "token_mean":
-                        weight = float(mask.sum()) / max(mb_tokens, 1.0)
+                        weight = scale * float(mask.sum()) / max(mb_tokens, 1.0)
                     else:
-                        weight = float((mask.sum(-1) > 0).sum()) / max(mb_seqs, 1.0)
+                        weight = scale * float((mask.sum(-1) > 0).sum()) / max(mb_seqs, 1.0)
                     (loss * weight).backward()
                     if epoch == 0:  # statistics of the policy as it was before this step's update
                         m = mask.float()
@@ -302,6 +334,12 @@ class PolicyUpdater:
                             sums["entropy"] += float((entropy * m).sum())
                             if ref_all is not None:
                                 sums["kl"] += float((kl.detach() * m).sum())
+                            if sampler_lp is not None:
+                                # r = log pi_trainer - log pi_sampler on the sampler's tokens: |r| and k3, an
+                                # unbiased, non-negative estimate of KL(sampler || trainer).
+                                r = (logp.detach() - sampler_lp[micro, :t]).clamp(-20.0, 20.0)
+                                sums["gap"] += float((r.abs() * m).sum())
+                                sums["gap_kl"] += float(((torch.exp(r) - r - 1.0) * m).sum())
                     sums["loss"] += float(loss.detach()) * weight
                     sums["clip"] += float((out.clipped & mask).sum())
                     sums["tokens"] += float(mask.sum())
@@ -313,6 +351,12 @@ class PolicyUpdater:
                 optim_steps += 1
         self.model.eval()
         first_epoch_tokens = float(loss_mask.sum())
+        gap = {}
+        if sampler_lp is not None:
+            gap = {
+                "train_infer/logp_abs_diff": sums["gap"] / max(first_epoch_tokens, 1.0),
+                "train_infer/kl": sums["gap_kl"] / max(first_epoch_tokens, 1.0),
+            }
         return {
             "loss": sums["loss"] / max(optim_steps, 1),
             "clip_frac": sums["clip"] / max(sums["tokens"], 1.0),
@@ -320,4 +364,5 @@ class PolicyUpdater:
             "kl_ref": sums["kl"] / max(first_epoch_tokens, 1.0) if ref_all is not None else None,
             "grad_norm": sums["grad_norm"] / max(optim_steps, 1) if cfg.max_grad_norm is not None else None,
             "ratio_max": sums["ratio_max"],
+            **gap,
         }

@@ -66,3 +66,24 @@ def test_arena_metrics_reach_the_training_log(tmp_path):
     for m in lines:
         assert m["judge/arena/groups"] == 2 and m["judge/arena/frac_routed"] == 1.0
         assert m["judge/arena/judge_calls"] == 2 * 6  # 3G - 6 = 6 calls per group of 4
+
+
+def test_async_rollouts_keep_the_judges_metrics(tmp_path):
+    # The worker process judges; its counters must reach the trainer's log, equal to the synchronous loop's
+    # under frozen weights (they used to read 0 at every step).
+    judges = {
+        "arena": ArenaJudgeConfig(pairwise={"kind": "rule_pairwise", "criteria": ["format"]}, route_when="always")
+    }
+    lines = {}
+    for mode in (False, True):
+        learner = GRPOConfig(
+            steps=2, prompts_per_step=2, group_size=4, max_new_tokens=6, eval_before_after=False,
+            checkpoint_every=100, progress=False, lr=1e-12, async_rollouts=mode, torch_threads=1,
+        )  # fmt: skip
+        cfg = run_config(learner).model_copy(update={"judge": judges})
+        train(cfg, tmp_path / str(mode))
+        lines[mode] = [json.loads(x) for x in (tmp_path / str(mode) / "metrics.jsonl").read_text().splitlines()]
+    for sync, lagged in zip(lines[False], lines[True], strict=True):
+        judged = {k: v for k, v in sync.items() if k.startswith("judge/") and not k.endswith(("_s", "seconds"))}
+        assert judged and judged["judge/arena/judge_calls"] == 12
+        assert {k: lagged[k] for k in judged} == judged

@@ -1,0 +1,112 @@
+"""The shared policy-gradient update: normaliser, sampling temperature, the train/infer gap."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from learner_helpers import make_loop, register_test_env, run_config
+
+from lrmgym.compose import train
+from lrmgym.learners.advantages import group_advantages, scores_to_tensors
+from lrmgym.learners.grpo import GRPOConfig
+from lrmgym.learners.rollout import collate, rollout, tokenize_trajectory
+
+register_test_env()
+
+
+def _learner(**kw):
+    base = dict(
+        steps=2, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False, progress=False,
+        lr=1e-3, max_grad_norm=None, track_kl=False,
+    )  # fmt: skip
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def _algo(tmp_path, **kw):
+    return make_loop(run_config(_learner(**kw)), tmp_path, setup=True).algorithm
+
+
+def _step_tokens(algo, temperature=1.0):
+    tasks = [algo.env.task_at(i, seed=0) for i in range(4)]
+    sampling = algo.cfg.sampling(seed=3).model_copy(update={"temperature": temperature})
+    ro = rollout(algo.env, algo.policy, tasks, 4, sampling)
+    adv = group_advantages(*scores_to_tensors([[t.reward for t in g] for g in ro.groups])).advantages
+    seqs = [tokenize_trajectory(t, algo.policy.tokenizer) for g in ro.groups for t in g]
+    return seqs, adv
+
+
+def _grads(model):
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
+def test_leaving_out_zero_advantage_rows_changes_no_gradient(tmp_path, agg):
+    # GRPO's normaliser is 1/G over every gradeable sample: rows with advantage 0 add nothing to the policy
+    # gradient, so dropping them must leave the gradient as it was (it used to scale it by all/kept).
+    keep = _algo(tmp_path / "keep", loss_agg=agg)
+    drop = _algo(tmp_path / "drop", loss_agg=agg)
+    seqs, _ = _step_tokens(keep)
+    adv = torch.linspace(-1.5, 1.5, 16).reshape(4, 4)
+    adv[0] = 0.0  # two groups without signal, as a zero-variance group has
+    adv[2] = 0.0
+    flat = adv.reshape(-1).tolist()
+    assert sum(a != 0 for a in flat) not in (0, len(flat))
+    keep.updater.update(seqs, flat, False, "recompute")
+    rows = [i for i, a in enumerate(flat) if a != 0]
+    drop.updater.update(
+        [seqs[i] for i in rows], [flat[i] for i in rows], False, "recompute",
+        norm_seqs=len(seqs), norm_tokens=sum(sum(s.policy_mask) for s in seqs),
+    )  # fmt: skip
+    for a, b in zip(_grads(keep.updater.model), _grads(drop.updater.model), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    # Without the normaliser's count the dropped run's gradient is the kept share larger: the old bug.
+    wrong = _algo(tmp_path / "wrong", loss_agg=agg)
+    wrong.updater.update([seqs[i] for i in rows], [flat[i] for i in rows], False, "recompute")
+    pairs = zip(_grads(wrong.updater.model), _grads(keep.updater.model), strict=True)
+    ratio = [float(w.norm() / k.norm()) for w, k in pairs]
+    assert max(ratio) > 1.2
+
+
+def test_grpo_step_passes_the_gradeable_count(tmp_path):
+    # End to end: one step with drop_zero_advantage on and off leaves the same gradient.
+    grads = {}
+    for drop in (True, False):
+        algo = _algo(tmp_path / str(drop), drop_zero_advantage=drop, steps=1, prompts_per_step=6, max_new_tokens=20)
+        out = algo.loop.train_step()
+        assert 0 < out["zero_variance_groups"] < 6, "the test needs some groups with and some without signal"
+        grads[drop] = _grads(algo.updater.model)
+    for a, b in zip(grads[True], grads[False], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.5])
+def test_trainer_logprobs_are_taken_at_the_sampling_temperature(tmp_path, temperature):
+    algo = _algo(tmp_path, temperature=temperature)
+    seqs, adv = _step_tokens(algo, temperature=temperature)
+    batch = collate(seqs, adv.reshape(-1).tolist(), algo.updater.pad_id)
+    trainer = algo.updater.no_grad_logprobs(algo.updater.model, batch)
+    mask = batch.loss_mask
+    assert mask.sum() > 20
+    torch.testing.assert_close(trainer[mask], batch.sampler_logprobs[mask], rtol=0, atol=1e-4)
+
+
+def test_the_train_infer_gap_is_logged_every_step(tmp_path):
+    cfg = run_config(_learner(steps=2))
+    train(cfg, tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for m in lines:
+        assert m["train_infer/logp_abs_diff"] == pytest.approx(0.0, abs=1e-4)  # same weights, same tokens
+        assert m["train_infer/kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_gap_sees_a_sampler_that_differs_from_the_trainer(tmp_path):
+    algo = _algo(tmp_path)
+    seqs, adv = _step_tokens(algo)
+    with torch.no_grad():  # the trainer's weights move away from the sampler's
+        for p in algo.updater.model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    stats = algo.updater.update(seqs, adv.reshape(-1).tolist(), False, "recompute", sampler_known=True)
+    assert stats["train_infer/logp_abs_diff"] > 1e-2 and stats["train_infer/kl"] > 1e-4
