@@ -14,11 +14,24 @@ the next observation, unless it is ``None`` or ``max_turns`` is used up. Grading
 Transcripts of text prompts are plain concatenations: ``prompt + completion + feedback + completion ...``;
 an env's feedback therefore carries its own separators (``"\nWrong, try again.\nA:"``). Chat prompts grow
 by an ``assistant`` message per policy turn and a ``user`` message per env turn.
+
+The token sequence a learner trains on is exactly the one the sampler saw and produced. With a
+:class:`~lrmgym.policies.base.TokenContextPolicy` (the ``hf`` and ``tiny`` policies) later turns are sampled
+from token ids, not from a re-encoded transcript: turn ``k + 1``'s prompt is turn ``k``'s ``prompt_token_ids +
+token_ids`` (the EOS that ended it included) plus the policy's encoding of the env's reply
+(:meth:`~lrmgym.policies.base.TokenContextPolicy.encode_reply`: the reply's tokens for text prompts; the chat
+format's end-of-turn marker, unless the sampled EOS is that token, the ``user`` message and the generation
+prompt for chat prompts). So the prompts nest, and :func:`tokenize_trajectory` lays the trajectory out as the
+last turn's prompt plus its completion. Re-encoding text instead drops the EOS (decoding removes it) or, with a
+chat template, writes a second end-of-turn token, and every later token would be trained on a context the
+sampler never saw. Other policies (``openai``, ``vllm``, scripted ones) still get the text or chat transcript;
+their env turns are re-encoded and counted in :attr:`TokenizedTrajectory.retokenized`.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +39,7 @@ from typing import Any
 import torch
 
 from lrmgym.core import Completion, Prompt, Task, Trajectory, Turn, Verdict
-from lrmgym.policies.base import Policy, SamplingParams
+from lrmgym.policies.base import Policy, SamplingParams, TokenContextPolicy
 
 __all__ = [
     "Rollout",
@@ -48,7 +61,11 @@ def env_attr(env: Any, name: str, default: Any = None) -> Any:
 
 
 def extend_prompt(prompt: Prompt, completion_text: str, feedback: str) -> Prompt:
-    """The prompt of the next policy turn: the transcript so far plus the env's feedback."""
+    """The transcript of the next policy turn: the transcript so far plus the env's feedback.
+
+    Policies that sample from token ids are given the exact token context instead (see the module docstring);
+    the transcript is what other policies are prompted with.
+    """
     if isinstance(prompt, str):
         return prompt + completion_text + feedback
     return [*prompt, {"role": "assistant", "content": completion_text}, {"role": "user", "content": feedback}]
@@ -84,7 +101,8 @@ def rollout(
     Args:
         env: The (possibly judge-wrapped) text env; needs ``score_group`` and, for multi-turn, ``feedback``.
         policy: Samples completions; turn 1 asks for ``group_size`` samples per task in one call, later turns
-            one sample per still-running trajectory, also in one call.
+            one sample per still-running trajectory, also in one call (``generate_from_ids`` on the
+            trajectories' token contexts for a :class:`~lrmgym.policies.base.TokenContextPolicy`).
         tasks: The B tasks.
         group_size: G, the samples per task.
         sampling: Sampling parameters; when ``sampling.seed`` is set, turn ``k`` uses ``seed + k - 1``.
@@ -97,6 +115,10 @@ def rollout(
     groups = [[Trajectory(task=t) for _ in range(group_size)] for t in tasks]
     verdicts: list[list[list[Verdict]]] = [[[] for _ in range(group_size)] for _ in tasks]
     prompts: dict[tuple[int, int], Prompt] = {(b, g): t.prompt for b, t in enumerate(tasks) for g in range(group_size)}
+    # The exact token context of each running trajectory's next turn, when the policy samples from token ids
+    # and reported the ids of the turn before; other trajectories are prompted with their transcript.
+    contexts: dict[tuple[int, int], list[int]] = {}
+    by_ids = isinstance(policy, TokenContextPolicy)
     active = sorted(prompts)
     result = Rollout(groups=groups, turn_verdicts=verdicts)
     for turn in range(1, turns_allowed + 1):
@@ -110,8 +132,7 @@ def rollout(
             sampled = policy.generate([t.prompt for t in tasks], n=group_size, sampling=turn_sampling)
             new = {(b, g): sampled[b][g] for b, g in active}
         else:
-            sampled = policy.generate([prompts[k] for k in active], n=1, sampling=turn_sampling)
-            new = {k: s[0] for k, s in zip(active, sampled, strict=True)}
+            new = _sample_later_turn(policy, active, prompts, contexts, turn_sampling)
         result.generate_s += time.perf_counter() - start
         start = time.perf_counter()
         graded = _grade(env, tasks, new)
@@ -128,10 +149,37 @@ def rollout(
                 reply = env_attr(env, "feedback")(tasks[b], completion, verdict, turn)
                 if reply is not None:
                     traj.turns.append(Turn(role="env", text=reply))
+                    if by_ids and completion.prompt_token_ids is not None and completion.token_ids is not None:
+                        contexts[key] = [
+                            *completion.prompt_token_ids, *completion.token_ids,
+                            *policy.encode_reply(prompts[key], completion, reply),
+                        ]  # fmt: skip
+                    else:
+                        contexts.pop(key, None)
                     prompts[key] = extend_prompt(prompts[key], completion.text, reply)
                     still_active.append(key)
         active = still_active
     return result
+
+
+def _sample_later_turn(
+    policy: Any,
+    active: list[tuple[int, int]],
+    prompts: dict[tuple[int, int], Prompt],
+    contexts: dict[tuple[int, int], list[int]],
+    sampling: SamplingParams,
+) -> dict[tuple[int, int], Completion]:
+    """One sample per running trajectory: from its token context when it has one, else from its transcript."""
+    from_ids = [k for k in active if k in contexts]
+    from_text = [k for k in active if k not in contexts]
+    new: dict[tuple[int, int], Completion] = {}
+    if from_ids:
+        sampled = policy.generate_from_ids([contexts[k] for k in from_ids], n=1, sampling=sampling)
+        new.update((k, s[0]) for k, s in zip(from_ids, sampled, strict=True))
+    if from_text:
+        sampled = policy.generate([prompts[k] for k in from_text], n=1, sampling=sampling)
+        new.update((k, s[0]) for k, s in zip(from_text, sampled, strict=True))
+    return {k: new[k] for k in active}
 
 
 def _grade(env: Any, tasks: Sequence[Task], new: dict[tuple[int, int], Completion]) -> dict[tuple[int, int], Verdict]:
@@ -160,8 +208,10 @@ class TokenizedTrajectory:
         ids: All tokens: prompt, then policy and env turns in order.
         policy_mask: Per token, whether the policy sampled it (trained on); prompt and env tokens are False.
         sampler_logprobs: Per token, the sampler's log-prob for policy tokens when it reported them, else 0.
-        retokenized: How many env turns could not be taken from the policy's own encoding of the next prompt
-            and were encoded separately (the trained sequence then differs slightly from what was sampled).
+        retokenized: How many env turns before a policy turn were not an exact continuation: the next turn's
+            ``prompt_token_ids`` did not start with the sequence so far (a policy prompted with a re-encoded
+            transcript), or were not reported. Their tokens were taken from the next prompt after the turn's
+            EOS, or encoded from the env's text; the trained sequence then differs from what was sampled.
     """
 
     ids: list[int]
@@ -187,8 +237,11 @@ def tokenize_trajectory(traj: Trajectory, tokenizer: Any) -> TokenizedTrajectory
 
     The prompt and each policy turn use the token ids the policy reported (``prompt_token_ids``,
     ``token_ids``); a policy that reports none is re-encoded with ``tokenizer``. An env turn's tokens are
-    taken from the next policy turn's ``prompt_token_ids`` when the sequence so far is a prefix of it (exact:
-    what the model was conditioned on), else the feedback text is encoded on its own.
+    the rest of the next policy turn's ``prompt_token_ids`` when the sequence so far is a prefix of them, as it
+    is for a policy that samples from token contexts (see :func:`rollout`): the layout is then exactly what
+    the sampler saw and produced. Otherwise (a policy prompted with a re-encoded transcript) the env turn is
+    counted in ``retokenized``, with a warning: its tokens are the next prompt's after the sequence so far
+    minus the EOS that ended the previous turn (decoded text drops it), else the env's text encoded on its own.
     """
     turns = traj.turns
     if not turns or turns[0].role != "policy":
@@ -208,17 +261,21 @@ def tokenize_trajectory(traj: Trajectory, tokenizer: Any) -> TokenizedTrajectory
             mask += [True] * len(tok)
             lps += lp
             continue
-        nxt = turns[i + 1].completion if i + 1 < len(turns) else None
-        nxt_prompt = None if nxt is None else nxt.prompt_token_ids
-        # The EOS that ended the previous policy turn is not in the next prompt (the transcript is text, and
-        # decoding drops EOS); it stays in the trained sequence as the policy's action of ending its turn.
-        ends_eos = ids[-1] == getattr(tokenizer, "eos_token_id", None)
-        shared = len(ids) - 1 if ends_eos else len(ids)
-        if nxt_prompt is not None and len(nxt_prompt) >= shared and list(nxt_prompt[:shared]) == ids[:shared]:
-            env_ids = list(nxt_prompt[shared:])
+        nxt_turn = turns[i + 1] if i + 1 < len(turns) else None
+        nxt = None if nxt_turn is None else nxt_turn.completion
+        nxt_prompt = None if nxt is None or nxt.prompt_token_ids is None else list(nxt.prompt_token_ids)
+        if nxt_prompt is not None and nxt_prompt[: len(ids)] == ids:
+            env_ids = nxt_prompt[len(ids) :]  # exact: the next turn was sampled on these very tokens
         else:
-            env_ids = _encode(tokenizer, turn.text)
-            retokenized += nxt_prompt is not None
+            # A re-encoded transcript lacks the EOS that ended the previous turn (decoding drops it); the EOS
+            # stays in the trained sequence as the policy's action of ending its turn, so the context differs.
+            ends_eos = ids[-1] == getattr(tokenizer, "eos_token_id", None)
+            shared = len(ids) - 1 if ends_eos else len(ids)
+            if nxt_prompt is not None and nxt_prompt[:shared] == ids[:shared]:
+                env_ids = nxt_prompt[shared:]
+            else:
+                env_ids = _encode(tokenizer, turn.text)
+            retokenized += nxt_turn is not None and nxt_turn.role == "policy"
         ids += env_ids
         mask += [False] * len(env_ids)
         lps += [0.0] * len(env_ids)
@@ -226,6 +283,15 @@ def tokenize_trajectory(traj: Trajectory, tokenizer: Any) -> TokenizedTrajectory
     # carries no loss; drop it so that it costs no compute.
     while mask and not mask[-1]:
         ids.pop(), mask.pop(), lps.pop()
+    if retokenized:
+        warnings.warn(
+            "Multi-turn trajectory re-encoded: an env turn was not an exact continuation of the sampled tokens "
+            "(the policy was prompted with a text transcript), so later turns are trained on a context the "
+            "sampler did not see. Policies that sample from token ids (hf, tiny) avoid this; the count is "
+            "TokenizedTrajectory.retokenized (the `retokenized_turns` metric).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return TokenizedTrajectory(ids=ids, policy_mask=mask, sampler_logprobs=lps, retokenized=retokenized)
 
 

@@ -2,7 +2,9 @@
 
 A policy is anything with ``generate(prompts, n, sampling) -> list[list[Completion]]``: the outer list has
 one entry per prompt, the inner one its ``n`` samples. A *trainable* policy (the ``hf`` and ``tiny``
-policies) also exposes its torch ``model`` and ``tokenizer`` to the learner.
+policies) also exposes its torch ``model`` and ``tokenizer`` to the learner. A :class:`TokenContextPolicy`
+(the ``hf`` and ``tiny`` policies) can also sample from token ids, which multi-turn rollouts use so that a
+later turn is sampled on exactly the tokens a learner trains it on (see :mod:`lrmgym.learners.rollout`).
 """
 
 from __future__ import annotations
@@ -51,3 +53,29 @@ class TrainablePolicy(Policy, Protocol):
 
     model: Any
     tokenizer: Any
+
+
+@runtime_checkable
+class TokenContextPolicy(Policy, Protocol):
+    """A policy that also samples from token ids and encodes an env's reply as the tokens that follow a turn.
+
+    Multi-turn rollouts with such a policy grow each trajectory's context as tokens: the next turn's prompt is
+    the previous turn's ``prompt_token_ids + token_ids`` (EOS included when sampled) plus
+    :meth:`encode_reply`'s tokens, so the sequence a learner trains on is the one the sampler saw and produced.
+    """
+
+    def generate_from_ids(
+        self, prompt_ids: Sequence[Sequence[int]], n: int = 1, sampling: SamplingParams | None = None
+    ) -> list[list[Completion]]:
+        """Like :meth:`Policy.generate`, for prompts given as token ids (fed to the model as they are)."""
+        ...
+
+    def encode_reply(self, prompt: Prompt, completion: Completion, reply: str) -> list[int]:
+        """The tokens that follow ``completion.token_ids`` in the next turn's context when the env says ``reply``.
+
+        ``prompt`` is the conversation ``completion`` answered (text or chat messages), which tells how the reply
+        is rendered: a text prompt appends the reply's own encoding; a chat prompt appends what the chat format
+        writes after the assistant's content (its end-of-turn marker, unless the sampled EOS already is that
+        token), the ``user`` message and the generation prompt.
+        """
+        ...

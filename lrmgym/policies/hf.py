@@ -3,7 +3,9 @@
 :class:`HFPolicy` is the trainable policy the learners update in place: it exposes ``model`` and ``tokenizer``,
 samples with :func:`lrmgym.policies.sampling.sample_batch` (batched, KV cache, per-token log-probs; see that
 module for the exact log-prob convention), and encodes prompts the same way for sampling and for training
-(:meth:`HFPolicy.encode_prompt`).
+(:meth:`HFPolicy.encode_prompt`). It is a :class:`~lrmgym.policies.base.TokenContextPolicy`: it samples from
+token-id prompts too (:meth:`HFPolicy.generate_from_ids`) and encodes an env's reply as the tokens that follow a
+sampled turn (:meth:`HFPolicy.encode_reply`), so multi-turn contexts are grown as tokens, never re-encoded.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from lrmgym.policies.sampling import sample_batch, sequence_logprobs
 __all__ = ["HFPolicy", "HFPolicyConfig", "LoraSpec", "render_plain_chat"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CONTENT_MARK = "\ue000lrmgym-assistant-content\ue001"
+"""Stands in for an assistant message's content when rendering what a chat format writes after it."""
 
 
 def render_plain_chat(messages: Sequence[dict[str, str]]) -> str:
@@ -32,6 +36,11 @@ def render_plain_chat(messages: Sequence[dict[str, str]]) -> str:
     """
     lines = [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages]
     return "\n".join(lines) + "\nassistant: "
+
+
+def _check_n(n: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (samples per prompt) must be a positive integer, got {n!r}.")
 
 
 def dtype_kwarg() -> str:
@@ -164,12 +173,60 @@ class HFPolicy:
             One list of ``n`` :class:`Completion` per prompt, with ``token_ids`` (EOS included when sampled),
             ``logprobs``, ``finish_reason`` and ``prompt_token_ids`` filled.
         """
-        sampling = sampling or SamplingParams()
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n (samples per prompt) must be a positive integer, got {n!r}.")
+        _check_n(n)
         if isinstance(prompts, (str, dict)):
             raise TypeError("prompts must be a list of prompts; wrap a single prompt as [prompt].")
-        encoded = [self.encode_prompt(p) for p in prompts]
+        return self._sample([self.encode_prompt(p) for p in prompts], n, sampling or SamplingParams())
+
+    def generate_from_ids(
+        self, prompt_ids: Sequence[Sequence[int]], n: int = 1, sampling: SamplingParams | None = None
+    ) -> list[list[Completion]]:
+        """Sample ``n`` completions per prompt given as token ids, fed to the model exactly as they are.
+
+        Multi-turn rollouts use it to sample a later turn on the trajectory's tokens so far (see
+        :meth:`encode_reply`). Returns what :meth:`generate` returns; ``prompt_token_ids`` are the given ids.
+        """
+        _check_n(n)
+        if isinstance(prompt_ids, (str, dict)) or not all(isinstance(p, Sequence) for p in prompt_ids):
+            raise TypeError("prompt_ids must be a list of token-id lists, one per prompt.")
+        vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or len(self.tokenizer))
+        encoded = [[int(t) for t in ids] for ids in prompt_ids]
+        for ids in encoded:
+            if not ids or min(ids) < 0 or max(ids) >= vocab:
+                raise ValueError(
+                    f"A token-id prompt must be non-empty with ids in [0, {vocab}), got {len(ids)} ids: {ids[:8]!r}."
+                )
+        return self._sample(encoded, n, sampling or SamplingParams())
+
+    def encode_reply(self, prompt: Prompt, completion: Completion, reply: str) -> list[int]:
+        """The tokens that follow ``completion.token_ids`` in the next turn's context when the env says ``reply``.
+
+        Text prompts: the reply's own encoding (no special tokens added). Chat prompts: what the chat format
+        (the tokenizer's chat template, or :func:`render_plain_chat`) writes after the assistant's content, i.e.
+        its end-of-turn marker, the ``user`` message ``reply`` and the generation prompt. When the completion
+        ended with an EOS token and the marker starts with that same token, it is not repeated: the sampled EOS
+        already closed the turn.
+        """
+        if isinstance(prompt, str):
+            text = reply
+        else:
+            messages = [*prompt, {"role": "assistant", "content": _CONTENT_MARK}, {"role": "user", "content": reply}]
+            parts = self.render_prompt(messages).split(_CONTENT_MARK)
+            if len(parts) != 2:
+                raise ValueError(
+                    "The chat template does not render an assistant message's content verbatim (exactly once), so "
+                    "the tokens that follow a sampled turn cannot be told apart from it; multi-turn chat needs a "
+                    "template that does."
+                )
+            text = parts[1]
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        sampled = completion.token_ids or []
+        if sampled and ids and sampled[-1] in self.eos_token_ids and ids[0] == sampled[-1]:
+            ids = ids[1:]
+        return ids
+
+    def _sample(self, encoded: list[list[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
+        """Sample ``n`` continuations of each encoded prompt."""
         rows = [ids for ids in encoded for _ in range(n)]  # prompt i's samples are rows i*n .. i*n+n-1
         generator = torch.Generator(device=self.device)
         seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
@@ -187,7 +244,7 @@ class HFPolicy:
         finally:
             self.model.train(was_training)
         out = [self._completion(s, rows[i], sampling.stop) for i, s in enumerate(sampled)]
-        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+        return [out[i * n : (i + 1) * n] for i in range(len(encoded))]
 
     def _stop_checker(self, stops: Sequence[str]):
         """A check that decodes only the tail of a row, enough tokens to contain the longest stop string."""

@@ -103,20 +103,42 @@ def test_tokenize_masks_env_tokens():
 
 
 def test_tokenize_falls_back_when_the_next_prompt_is_not_a_prefix():
-    tt = tokenize_trajectory(_two_turn_trajectory(exact_prefix=False), _CharTok())
+    with pytest.warns(RuntimeWarning, match="re-encoded"):
+        tt = tokenize_trajectory(_two_turn_trajectory(exact_prefix=False), _CharTok())
     assert tt.ids == [1, 2, 10, 11, ord("f"), ord("e"), ord("d"), 12]
     assert tt.retokenized == 1
 
 
-def test_eos_ending_a_turn_is_kept_though_the_next_prompt_lacks_it():
+def test_eos_ending_a_turn_is_kept_and_counted_when_the_next_prompt_lacks_it():
     tr = _two_turn_trajectory()
     first, second = tr.turns[0].completion, tr.turns[2].completion
     first.token_ids, first.logprobs = [10, 11, 3], [-0.1, -0.2, -0.05]  # the turn ended with EOS (id 3)
-    tt = tokenize_trajectory(tr, _CharTok())
-    assert second.prompt_token_ids == [1, 2, 10, 11, 20, 21, 22]  # re-encoded text: no EOS
+    with pytest.warns(RuntimeWarning, match="re-encoded"):
+        tt = tokenize_trajectory(tr, _CharTok())
+    assert second.prompt_token_ids == [1, 2, 10, 11, 20, 21, 22]  # a re-encoded transcript: no EOS
     assert tt.ids == [1, 2, 10, 11, 3, 20, 21, 22, 12]
     assert tt.policy_mask == [False, False, True, True, True, False, False, False, True]
+    # Turn 2 was sampled without the EOS that the trained sequence has: not what the sampler saw.
+    assert tt.retokenized == 1
+
+
+def test_eos_ending_a_turn_appears_once_when_the_next_prompt_nests():
+    tr = _two_turn_trajectory()
+    first, second = tr.turns[0].completion, tr.turns[2].completion
+    first.token_ids, first.logprobs = [10, 11, 3], [-0.1, -0.2, -0.05]
+    second.prompt_token_ids = [1, 2, 10, 11, 3, 20, 21, 22]  # sampled on the token context, EOS included
+    tt = tokenize_trajectory(tr, _CharTok())
+    assert tt.ids == second.prompt_token_ids + second.token_ids
+    assert tt.policy_mask == [False, False, True, True, True, False, False, False, True]
     assert tt.retokenized == 0
+
+
+def test_env_turns_of_a_policy_without_token_ids_are_counted():
+    task = Task(id="t", prompt="xy")
+    turns = [Turn("policy", "ab", Completion("ab")), Turn("env", "fed"), Turn("policy", "c", Completion("c"))]
+    with pytest.warns(RuntimeWarning, match="re-encoded"):
+        tt = tokenize_trajectory(Trajectory(task=task, turns=turns), _CharTok())
+    assert tt.ids == [ord(c) for c in "xyabfedc"] and tt.retokenized == 1
 
 
 def test_trailing_env_turn_is_dropped():

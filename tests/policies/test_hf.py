@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from lrmgym.policies.base import SamplingParams, TrainablePolicy
+from lrmgym.core import Completion
+from lrmgym.policies.base import SamplingParams, TokenContextPolicy, TrainablePolicy
 from lrmgym.policies.hf import HFPolicy, HFPolicyConfig, render_plain_chat
 from lrmgym.policies.sampling import filter_logits
 from lrmgym.policies.tiny import TinyArch, build_model, build_tokenizer
@@ -90,18 +91,26 @@ def test_greedy_matches_transformers_generate(policy, tokenizer):
     out = policy.generate(PROMPTS, n=1, sampling=SamplingParams(temperature=0, max_new_tokens=10))
     for _prompt, (c,) in zip(PROMPTS, out, strict=False):
         ids = torch.tensor([c.prompt_token_ids])
-        ref = policy.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
-                                    eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        ref = policy.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=10,
+            do_sample=False,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         assert c.token_ids == ref[0, ids.shape[1] :].tolist()
 
 
 def test_max_new_tokens_and_stop_strings(policy):
-    (c,), = policy.generate([PROMPTS[0]], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=15))
+    ((c,),) = policy.generate([PROMPTS[0]], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=15))
     if c.finish_reason == "stop":
         pytest.skip("the random model ended early; nothing to cut")
     assert c.finish_reason == "length" and len(c.token_ids) == 15
     stop = c.text[5:7]
-    (s,), = policy.generate([PROMPTS[0]], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=15, stop=(stop,)))
+    ((s,),) = policy.generate(
+        [PROMPTS[0]], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=15, stop=(stop,))
+    )
     assert s.finish_reason == "stop"
     assert s.text == c.text[: c.text.find(stop) + len(stop)]
     assert s.token_ids == c.token_ids[: len(s.token_ids)] and len(s.token_ids) < 15
@@ -121,7 +130,7 @@ def test_eos_ends_a_sequence_and_is_kept_in_token_ids(tokenizer):
     bias = torch.zeros(len(tokenizer))
     bias[tokenizer.eos_token_id] = 50.0
     model.lm_head.register_forward_hook(lambda mod, inp, out: out + bias)
-    (c,), = policy.generate(["Q:1+1. A:"], n=1, sampling=SamplingParams(max_new_tokens=8, seed=0))
+    ((c,),) = policy.generate(["Q:1+1. A:"], n=1, sampling=SamplingParams(max_new_tokens=8, seed=0))
     assert c.token_ids == [tokenizer.eos_token_id] and c.finish_reason == "stop" and c.text == ""
     assert c.logprobs[0] == pytest.approx(0.0, abs=1e-6)
 
@@ -134,6 +143,66 @@ def test_chat_prompts_use_the_template_when_there_is_one(policy, tokenizer):
     assert templated.render_prompt(chat) == "[user]Q:1+1. A:>"
     assert templated.encode_prompt(chat) == tokenizer("[user]Q:1+1. A:>")["input_ids"]
     assert len(templated.generate([chat], n=2, sampling=SamplingParams(max_new_tokens=3))[0]) == 2
+
+
+def test_generate_from_ids_samples_as_generate_does_on_the_encoded_prompt(policy):
+    assert isinstance(policy, TokenContextPolicy)
+    sampling = SamplingParams(max_new_tokens=12, seed=4)
+    by_text = policy.generate(PROMPTS, n=2, sampling=sampling)
+    by_ids = policy.generate_from_ids([policy.encode_prompt(p) for p in PROMPTS], n=2, sampling=sampling)
+    assert by_ids == by_text  # same ids, same seed: the same completions, prompt_token_ids included
+    ((c,),) = policy.generate_from_ids([[5, 6, 1, 7]], sampling=sampling)  # any ids, EOS inside included
+    assert c.prompt_token_ids == [5, 6, 1, 7]
+    fresh = torch.log_softmax(_fresh_logits(policy, c.prompt_token_ids, c.token_ids), -1)
+    assert torch.allclose(
+        torch.tensor(c.logprobs), fresh.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0], atol=1e-4
+    )
+
+
+def test_generate_from_ids_rejects_bad_prompts(policy):
+    vocab = policy.model.config.vocab_size
+    with pytest.raises(ValueError, match=re.escape(f"must be non-empty with ids in [0, {vocab}), got 0 ids: []")):
+        policy.generate_from_ids([[]])
+    with pytest.raises(ValueError, match=re.escape(f"got 2 ids: [3, {vocab}]")):
+        policy.generate_from_ids([[3, vocab]])
+    with pytest.raises(TypeError, match="^prompt_ids must be a list of token-id lists, one per prompt.$"):
+        policy.generate_from_ids([3, 4])
+    with pytest.raises(ValueError, match="^n \\(samples per prompt\\) must be a positive integer, got 0.$"):
+        policy.generate_from_ids([[3]], n=0)
+
+
+def _templated(policy, template):
+    templated = HFPolicy(policy.model, build_tokenizer())
+    templated.tokenizer.chat_template = template
+    return templated
+
+
+def test_encode_reply_of_a_text_prompt_is_the_replys_encoding(policy, tokenizer):
+    eos = tokenizer.eos_token_id
+    for ids in ([10, 11, eos], [10, 11]):
+        assert policy.encode_reply("Q:", Completion("x", token_ids=ids), "|again:") == tokenizer.encode("|again:")
+
+
+def test_encode_reply_writes_the_chat_end_of_turn_once(policy, tokenizer):
+    chat = [{"role": "user", "content": "Q"}]
+    templated = _templated(policy, "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}<eos>{% endfor %}>")
+    eos = tokenizer.eos_token_id
+    tail = tokenizer.encode("user:again<eos>>")
+    # ended with the EOS, which is the template's end-of-turn token: not written a second time
+    assert templated.encode_reply(chat, Completion("ab", token_ids=[10, 11, eos]), "again") == tail
+    # cut by the token budget: the format's end-of-turn token closes the turn
+    assert templated.encode_reply(chat, Completion("ab", token_ids=[10, 11]), "again") == [eos, *tail]
+    # without a template: render_plain_chat's lines
+    expected = tokenizer.encode("\nuser: again\nassistant: ")
+    assert policy.encode_reply(chat, Completion("ab", token_ids=[10, 11, eos]), "again") == expected
+
+
+def test_encode_reply_needs_a_template_that_renders_the_assistant_content(policy):
+    hides = _templated(
+        policy, "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
+    )
+    with pytest.raises(ValueError, match="does not render an assistant message's content verbatim"):
+        hides.encode_reply([{"role": "user", "content": "Q"}], Completion("ab", token_ids=[10]), "again")
 
 
 def test_bad_arguments_are_clear_errors(policy):
