@@ -2,7 +2,8 @@
 
 Modules: :mod:`.generator` (procedural problems), :mod:`.loaders` (GSM8K, MATH, local files),
 :mod:`.templates` (prompts and worked solutions), :mod:`.extract` (strict answer extraction),
-:mod:`.verify` (the bounded verifier, reusable on its own) and :mod:`.env` (the env).
+:mod:`.shape` (one value per answer: string rules), :mod:`.verify` (the bounded verifier, reusable on its
+own) and :mod:`.env` (the env).
 Importing this package imports neither sympy nor math-verify; only the verifier's worker processes do.
 """
 

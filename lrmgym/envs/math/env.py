@@ -30,7 +30,8 @@ class MathConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     source: str = "procedural"
-    """'procedural' (infinite generator), 'gsm8k', 'math500', or a local JSONL/JSON/parquet file or HF dataset folder."""
+    """'procedural' (infinite generator), 'gsm8k', 'math500', or a local JSONL/JSON/parquet file or HF dataset
+    folder."""
     split: Literal["train", "test"] = "train"
     """'train' or 'test': procedural = a hash partition (1 in 10 is test); data sets = their own split files."""
     difficulty: int | list[int] = 1
@@ -46,7 +47,7 @@ class MathConfig(BaseModel):
     max_turns: int = Field(1, ge=1, le=5)
     """Policy turns per episode; 2 gives one retry after the feedback 'your answer X is not correct'."""
     timeout_s: float = Field(2.0, gt=0, le=60)
-    """Hard wall-clock bound of one answer check, in seconds."""
+    """Hard wall-clock bound of one answer check, in seconds; an answer that exhausts it scores 0."""
     max_answer_chars: int = Field(1000, ge=1, le=100_000)
     """Extracted answers longer than this are incorrect without being parsed."""
     question_field: str = "question"
@@ -95,7 +96,14 @@ def _load_items(config: MathConfig) -> list[loaders.Item]:
     else:
         path = Path(config.source).expanduser()
     stat = os.stat(path)
-    key = (str(path.resolve()), stat.st_mtime_ns, config.source, config.split, config.question_field, config.answer_field)
+    key = (
+        str(path.resolve()),
+        stat.st_mtime_ns,
+        config.source,
+        config.split,
+        config.question_field,
+        config.answer_field,
+    )
     with _DATA_LOCK:
         if key not in _DATA_CACHE:
             if config.source == "gsm8k":
@@ -116,9 +124,11 @@ class MathEnv(TextEnv):
     The prompt states the answer format (``template``); the completion must follow it exactly (strict
     extraction), and the extracted answer is checked against the gold one by
     :func:`lrmgym.envs.math.verify.verify_answer`: exact numbers first, then math-verify in killable worker
-    processes under a hard ``timeout_s``. Reward 1.0 for a correct answer, 0.0 for a wrong one or a format
-    failure, ungradeable (``score=None``) for a timeout or an unparseable reference. With ``max_turns=2``
-    a wrong answer gets one retry with feedback.
+    processes under a hard ``timeout_s``. Reward 1.0 for a correct answer that states one value, 0.0 for a
+    wrong one, a format failure, an answer with several values or a false equation in it, or an answer that
+    makes the checker time out, crash or fail; ungradeable (``score=None``) only for our own failures (an
+    unparseable reference, no verifier worker). With ``max_turns=2`` a wrong answer gets one retry with
+    feedback.
 
     Procedural tasks carry ``metadata["solution"]``, a short worked solution in the env's template, for
     supervised warm-up (:func:`lrmgym.envs.math.templates.render_solution` renders it in any template).
@@ -139,6 +149,7 @@ class MathEnv(TextEnv):
 
     # ---- tasks
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
+        """Task ``index``: a generated problem, or a data-set item (random or ``index mod N``)."""
         if self._items is None:
             return self._procedural_task(index, rng)
         return self._dataset_task(index, rng)
@@ -198,9 +209,15 @@ class MathEnv(TextEnv):
         if extraction.ok:
             return extraction.answer, None
         component = Component(name="format", score=0.0, reason=extraction.reason)
-        return None, Verdict(score=0.0, correct=False, reason=extraction.reason, components=(component,), format_ok=False)
+        return None, Verdict(
+            score=0.0, correct=False, reason=extraction.reason, components=(component,), format_ok=False
+        )
 
     def verify(self, task: Task, completion: Completion) -> Verdict:
+        """Extract the answer in the task's format, then grade it with :func:`.verify.verify_answer`.
+
+        A format failure scores 0. ``score=None`` (ungradeable) only for our failures (see the class docstring).
+        """
         answer, failed = self._extract(task, Completion.coerce(completion))
         if failed is not None:
             return failed

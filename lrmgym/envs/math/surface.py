@@ -1,4 +1,4 @@
-"""Other surface forms of a gold answer: ``0.5`` for ``\\frac12``, ``1,000`` for ``1000``, sympy's own LaTeX.
+r"""Other surface forms of a gold answer: ``0.5`` for ``\frac12``, ``1,000`` for ``1000``, sympy's own LaTeX.
 
 Used to check that the verifier accepts a correct answer however it is written (self-verification of the
 GSM8K and MATH-500 golds) and to build perturbed (prediction, gold) pairs for the verifier benchmark.
@@ -18,6 +18,7 @@ _FRAC_RE = re.compile(r"([+-]?)\\[dt]?frac(?:\{(\d+)\}\{(\d+)\}|\s*(\d)\s*(\d)|\
 _SLASH_RE = re.compile(r"([+-]?)(\d+)/(\d+)")
 _STANDALONE_INT_RE = re.compile(r"(?<![\w^_{}/.\\])(\d+)(?![\w}{/.^])")
 _MIXED_RE = re.compile(r"(\d+)\s*\\[dt]?frac\{(\d+)\}\{(\d+)\}")
+_BASE_RE = re.compile(r"\s*(\d+)\s*_\s*(?:\{\s*(\d+)\s*\}|(\d))\s*")
 
 
 def _squash(text: str) -> str:
@@ -74,7 +75,7 @@ def _numeric_rewrite(text: str) -> str | None:
 
 
 def _sympy_rewrite(text: str) -> str | None:
-    """sympy's LaTeX printing of the parsed gold, when it parses to a plain expression."""
+    """The LaTeX printing by sympy of the parsed gold, when it parses to a plain expression."""
     try:
         import sympy
         from latex2sympy2_extended import latex2sympy
@@ -93,8 +94,11 @@ def _sympy_rewrite(text: str) -> str | None:
 
 
 def _cosmetic_rewrite(text: str) -> str:
-    """Same maths, different spelling: a bare word for ``\\text{word}``, ``\\dfrac``/``\\frac`` swapped,
-    ``\\left``/``\\right`` added, spaces after commas and around ``=`` and ``+``."""
+    r"""Same maths, different spelling.
+
+    A bare word for ``\text{word}``, ``\dfrac``/``\frac`` swapped, ``\left``/``\right`` added, spaces after
+    commas and around ``=`` and ``+``.
+    """
     if m := re.fullmatch(r"\\text\{\s*\(?([A-Za-z]+)\)?\s*\}", text.strip()):
         return m.group(1)
     out = _STANDALONE_INT_RE.sub(r"\1.0", text)  # (6,31,-1) -> (6.0,31.0,-1.0): the values must be compared
@@ -109,12 +113,16 @@ def _cosmetic_rewrite(text: str) -> str:
 
 
 def rewrite_answer(gold: str) -> str:
-    """A different spelling of ``gold`` with the same value.
+    r"""A different spelling of ``gold`` with the same value.
 
-    Plain numbers change notation (``1000`` <-> ``1,000``, ``5`` -> ``5.0``, ``\\frac12`` -> ``0.5``,
-    ``.35625`` -> ``\\frac{57}{160}``, ``1\\frac45`` -> ``\\frac{9}{5}``); other expressions are reprinted
-    by sympy (``3\\sqrt{13}`` -> ``3 \\sqrt{13}``), and what sympy cannot reprint gets a cosmetic respelling.
+    Plain numbers change notation (``1000`` <-> ``1,000``, ``5`` -> ``5.0``, ``\frac12`` -> ``0.5``,
+    ``.35625`` -> ``\frac{57}{160}``, ``1\frac45`` -> ``\frac{9}{5}``), base numerals keep their base
+    (``52_8`` -> ``52_{8}``); other expressions are reprinted by sympy (``3\sqrt{13}`` -> ``3 \sqrt{13}``),
+    and what sympy cannot reprint gets a cosmetic respelling.
     """
+    if m := _BASE_RE.fullmatch(gold):  # 52_8 -> 52_{8}, 4210_{5} -> (4210)_{5}: the base must stay
+        digits, braced, bare = m.groups()
+        return f"{digits}_{{{bare}}}" if bare else f"({digits})_{{{braced}}}"
     if "\\text" in gold or "\\mbox" in gold:  # units and words: sympy would turn them into variables
         return _numeric_rewrite(gold) or _cosmetic_rewrite(gold.replace("\\mbox", "\\text"))
     return _numeric_rewrite(gold) or _sympy_rewrite(gold) or _cosmetic_rewrite(gold)

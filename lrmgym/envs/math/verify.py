@@ -1,24 +1,45 @@
-"""Bounded math-answer verification: ``verify_answer(prediction, gold) -> Verdict``.
+r"""Bounded math-answer verification: ``verify_answer(prediction, gold) -> Verdict``.
 
 One call grades an already-extracted answer string against a gold answer string. It is meant to be reused
-(the math env, a judge's accuracy component, the eval command) and is safe on hostile input:
+(the math env, a judge's accuracy component, the eval command) and is safe on hostile input.
+
+**What a verdict guarantees.** A policy trained on this reward optimises whatever it pays for, so:
+
+- *Correct* means the whole answer states one value and that value equals the gold. An answer that offers
+  several values or a step (``3 = 4``, ``3 \to 4``, ``3 \\ 4``, ``\begin{cases}``, ``\cancel{3} 4``,
+  ``3 \quad 4``, ``4. Actually no: 3``) or asserts a false equation is incorrect, whichever value the gold is.
+- *Ungradeable* (``score=None``, masked by learners) means we failed: the gold is empty or cannot be read,
+  or no worker can run. It never means the prediction made the checker fail: an answer that exhausts the
+  time budget, kills its worker (a crash, the memory cap) or makes the checker raise scores 0, with the
+  reason (``"incorrect: the answer exhausted the checker's 2 s budget"``). The worker reports when it has
+  read the gold, so the parent knows which side a failure came from, even for a worker it had to kill.
+  (A check that overruns only because the machine is overloaded also scores 0; such verdicts are not
+  cached, so the pair is checked afresh next time. Size ``timeout_s`` and the pool for the load.)
+
+Layers, cheapest first:
 
 1. **Pre-filters** (microseconds): the answer must be valid Unicode without control characters, at most
    ``max_answer_chars`` long, nested at most 64 brackets deep, and must not use a modulo operator the gold
-   does not use (math-verify reads ``123 \\bmod 7`` as 7). Failing one is *incorrect*, with the reason.
+   does not use (math-verify reads ``123 \bmod 7`` as 7). Failing one is *incorrect*, with the reason.
 2. **Verdict cache** keyed by the SHA-256 of ``(gold, prediction)``.
-3. **Fast path** (microseconds): identical normalised strings, or two plain numbers (integers with optional
-   thousands separators, decimals, ``a/b``, ``\\frac{a}{b}``) compared exactly as :class:`fractions.Fraction`.
-   It only decides what math-verify would decide the same way; near-equal decimals (``0.333333`` vs
-   ``1/3``, which math-verify accepts at 6 decimals) go to the slow path.
-4. **Slow path**: math-verify (which uses sympy) in a pool of worker processes. Each worker enforces a
-   soft budget with an interval timer in its own main thread; the parent enforces the hard bound
-   ``timeout_s`` by SIGKILLing a worker that has not answered and starting a replacement. No SIGALRM in
-   the caller, so it works from threads, asyncio (via ``asyncio.to_thread``) and worker processes.
+3. **String rules** (:mod:`.shape`, microseconds): a sentence around one ``$...$``/``\boxed{}`` is reduced
+   to it; the shapes that carry more than one value are rejected; numerals with a base subscript
+   (``52_8``) are compared with their base, which math-verify drops (it accepts ``52`` and ``204_5``).
+4. **Fast path** (microseconds): identical normalised strings, or two plain numbers (integers with optional
+   thousands separators, decimals, ``a/b``, ``\frac{a}{b}``, ``3e3``, ``6.72 \times 10^{-5}``) compared
+   exactly as :class:`fractions.Fraction`. A decimal is accepted for a different exact value only when it
+   is that value correctly rounded at the places it was written with, to at least 6 places and 6
+   significant figures: math-verify's 6-decimal rule accepts ``0.0000672`` for ``0.0000674`` and
+   ``0.1500004`` for ``0.15``; we do not (``0.333333`` for 1/3 stays correct). The same rule is applied
+   after the slow path when one side is a plain decimal.
+5. **Slow path**: math-verify (which uses sympy) in a pool of worker processes (see :mod:`._worker` for
+   what the worker adds: whole-answer LaTeX parsing, true equations, ``3e3``, ``e^{i\pi}``). Each worker
+   enforces a soft budget with an interval timer in its own main thread; the parent enforces the hard
+   bound ``timeout_s`` by SIGKILLing a worker that has not answered and starting a replacement. No
+   SIGALRM in the caller, so it works from threads, asyncio (via ``asyncio.to_thread``) and processes.
 
-Verdicts are tri-state: ``score=1.0`` correct, ``0.0`` incorrect, ``None`` ungradeable (timeout, a gold
-answer math-verify cannot parse, a crashed worker). The trusted process never builds a sympy object from
-model text, so it never stringifies one (``str()`` of a parsed power tower hangs: math-verify issue #65).
+The trusted process never builds a sympy object from model text, so it never stringifies one (``str()``
+of a parsed power tower hangs: math-verify issue #65).
 """
 
 from __future__ import annotations
@@ -44,6 +65,7 @@ from typing import Any
 
 from lrmgym.cache import ContentCache
 from lrmgym.core import Component, Verdict
+from lrmgym.envs.math.shape import base_numeral, hedge_reason, sole_block, value_part
 
 __all__ = [
     "DEFAULT_MAX_ANSWER_CHARS",
@@ -83,9 +105,11 @@ _CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2
 _MOD_RE = re.compile(r"\\(?:bmod|pmod|mod)\b|\\operatorname\s*\{\s*mod\s*\}|\bmod\b")
 _STRIP_RE = re.compile(r"\\[!,;: ]|\\left|\\right|\s+")
 _INT_RE = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)")  # "0,111" is not a thousands number
-_DEC_RE = re.compile(r"[+-]?\d*\.\d+")
+_DEC_RE = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d*)\.\d+")  # 1,000.99 too
 _SLASH_RE = re.compile(r"([+-]?)(\d+)/(\d+)")
 _FRAC_RE = re.compile(r"([+-]?)\\[dt]?frac(?:\{(\d+)\}\{(\d+)\}|(\d)(\d))")
+# 3e3, 1.5E-3, 6.72\times10^{-5}, 2\cdot 10^3: the exponent is capped at 3 digits so no literal is huge
+_SCI_RE = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d{1,3})|\\(?:times|cdot)10\^(\{[+-]?\d{1,3}\}|\d))")
 
 
 # --------------------------------------------------------------------------------------------------- pre-filters
@@ -134,47 +158,124 @@ def _normalise(text: str) -> str:
 
 
 def numeric_value(text: str) -> tuple[Fraction, bool] | None:
-    """The exact value of a plain number, and whether it was written as a decimal; else ``None``.
+    r"""The exact value of a plain number, and whether it was written as a decimal; else ``None``.
 
-    Accepts integers (with optional ``1,000`` thousands separators), decimals (``.35``, ``-2.50``), ``a/b``
-    and ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\frac ab``, with an optional sign. Anything else (units, ``\\pi``,
-    percentages, expressions) is left to math-verify. Hand-written because it must run in microseconds on
-    every answer before a worker round trip; sympy is the slow path it avoids.
+    Accepts integers (with optional ``1,000`` thousands separators), decimals (``.35``, ``-2.50``), ``a/b``,
+    ``\frac{a}{b}`` / ``\dfrac`` / ``\frac ab`` and scientific notation (``3e3``, ``1.5e-3``,
+    ``6.72 \times 10^{-5}``; the exponent at most 3 digits), with an optional sign. Anything else (units,
+    ``\pi``, percentages, expressions) is left to math-verify. Hand-written because it must run in
+    microseconds on every answer before a worker round trip; sympy is the slow path it avoids.
     """
+    number = _plain_number(text)
+    return None if number is None else (number.value, number.decimal)
+
+
+@dataclass(frozen=True)
+class _Number:
+    """A plain number as written: its exact value and, for a decimal, the precision it was written with."""
+
+    value: Fraction
+    decimal: bool  # written with a decimal point or an exponent: a rounded value, not an exact one
+    places: int = 0  # digits after the point (``6.72e-5``: 7); negative for ``3e3``
+    figures: int = 0  # significant figures as written (``0.150`` has 3)
+
+
+def _decimal(sign: str, mantissa: str, exponent: int) -> _Number:
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    value = Fraction(f"{sign}{mantissa or '0'}") * Fraction(10) ** exponent
+    return _Number(value, True, len(frac) - exponent, len(digits))
+
+
+def _plain_number(text: str) -> _Number | None:
     text = _normalise(text)
     if not text or len(text) > _FAST_PATH_MAX_CHARS:
         return None
     try:
         if _INT_RE.fullmatch(text):
-            return Fraction(int(text.replace(",", ""))), False
+            return _Number(Fraction(int(text.replace(",", ""))), False)
         if _DEC_RE.fullmatch(text):
-            return Fraction(text), True
+            text = text.replace(",", "")
+            sign, mantissa = (text[0], text[1:]) if text[0] in "+-" else ("", text)
+            return _decimal(sign, mantissa, 0)
+        match = _SCI_RE.fullmatch(text)
+        if match:
+            sign, mantissa, exponent = match.group(1), match.group(2), match.group(3) or match.group(4)
+            number = _decimal(sign, mantissa, int(exponent.replace("{", "").replace("}", "")))
+            # 3e3 and 3\times10^3 are exact integers when the mantissa has no decimals
+            return number if "." in mantissa or number.value.denominator != 1 else _Number(number.value, False)
         match = _SLASH_RE.fullmatch(text) or _FRAC_RE.fullmatch(text)
         if match:
             sign, *parts = match.groups()
             num, den = [int(p) for p in parts if p is not None]
             if den == 0:
                 return None
-            return Fraction(-num if sign == "-" else num, den), False
+            return _Number(Fraction(-num if sign == "-" else num, den), False)
     except (ValueError, ZeroDivisionError):  # over 4300 digits, or a malformed literal
         return None
     return None
+
+
+def _rounds_to(rounded: _Number, value: Fraction) -> bool:
+    """Whether the decimal ``rounded`` is ``value`` correctly rounded at its own written precision.
+
+    math-verify compares floats at 6 *decimal places*, which on small magnitudes is no precision at all
+    (``0.0000672`` and ``0.0000674`` agree at 6 places) and which accepts ``0.1500004`` for the exact
+    ``0.15``. We accept a decimal for a different exact value only when it is that value rounded to the
+    places it was written with, and it carries at least 6 places and 6 significant figures (so
+    ``0.333333`` stays right for 1/3, as in math-verify, and ``0.3`` stays wrong).
+    """
+    if rounded.value == value:
+        return True
+    if rounded.places < 6 or rounded.figures < 6:
+        return False
+    return abs(value - rounded.value) * 2 <= Fraction(1, 10**rounded.places)
+
+
+def _numbers_agree(pred: _Number, gold: _Number) -> bool:
+    if pred.value == gold.value:
+        return True
+    if not (pred.decimal or gold.decimal):
+        return False
+    decimals = [n for n in (pred, gold) if n.decimal]
+    rounded = min(decimals, key=lambda n: n.places)  # the coarser decimal; the other side is the value
+    other = gold if rounded is pred else pred
+    return _rounds_to(rounded, other.value)
 
 
 def _fast_verdict(prediction: str, gold: str) -> tuple[bool, str] | None:
     """``(correct, reason)`` when the cheap checks decide, else ``None``."""
     if _normalise(prediction) == _normalise(gold):
         return True, "correct (same answer string)"
-    pred_num, gold_num = numeric_value(prediction), numeric_value(gold)
+    if "=" not in gold:
+        prediction = value_part(prediction)  # "x = 0.5": the number behind a one-letter label
+    pred_num, gold_num = _plain_number(prediction), _plain_number(gold)
     if pred_num is None or gold_num is None:
         return None
-    (p, p_dec), (g, g_dec) = pred_num, gold_num
-    if p == g:
+    if pred_num.value == gold_num.value:
         return True, "correct (equal numbers)"
-    # math-verify compares at 6 decimals when one side is a decimal; only decide when that cannot matter.
-    if (p_dec or g_dec) and abs(p - g) <= Fraction(2, 10**6):
-        return None
+    if _numbers_agree(pred_num, gold_num):
+        return True, "correct (equal at the precision written)"
     return False, "incorrect (different numbers)"
+
+
+def _base_verdict(prediction: str, gold: str) -> tuple[bool, str] | None:
+    """Numerals with a base subscript (``52_8``), which math-verify reads without the subscript."""
+    gold_base, pred_base = base_numeral(gold), base_numeral(prediction)
+    if gold_base is not None:
+        if pred_base is None:
+            return False, f"incorrect (the answer is not written in base {gold_base[1]})"
+        if pred_base[1] != gold_base[1]:
+            return False, f"incorrect (the answer is in base {pred_base[1]}, not {gold_base[1]})"
+        return (
+            (True, "correct (equal numerals)") if pred_base == gold_base else (False, "incorrect (different numbers)")
+        )
+    if pred_base is not None and pred_base[1] != 10:
+        gold_num = _plain_number(gold)
+        if gold_num is not None and gold_num.value == pred_base[0]:
+            return True, "correct (equal numbers)"
+        return False, f"incorrect (the answer is written in base {pred_base[1]})"
+    return None
 
 
 # --------------------------------------------------------------------------------------------------- cache
@@ -198,6 +299,7 @@ class _Worker:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self._buffer = b""
+        self.phase = "gold"  # how far the current request got: "gold" until the worker has read the gold
 
     @classmethod
     def start(cls) -> _Worker:
@@ -221,7 +323,12 @@ class _Worker:
         return worker
 
     def request(self, payload: bytes, deadline: float) -> dict[str, Any] | None:
-        """Send one request; the reply, or ``None`` when the worker died or missed the deadline."""
+        """Send one request; the reply, or ``None`` when the worker died or missed the deadline.
+
+        :attr:`phase` says afterwards how far the worker got: ``"pred"`` once it reported that the gold was
+        read, so that a worker that dies or overruns later is known to have died on the prediction.
+        """
+        self.phase = "gold"
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(payload)
@@ -235,19 +342,26 @@ class _Worker:
         fd = self.proc.stdout.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not poller.poll(remaining * 1000):
+        while True:
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not poller.poll(remaining * 1000):
+                    return None
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
                 return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
+            if not isinstance(message, dict):
                 return None
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
+            if "status" in message:
+                return message
+            if message.get("phase") in ("gold", "pred"):  # a progress line; the reply follows
+                self.phase = message["phase"]
 
     @property
     def alive(self) -> bool:
@@ -379,14 +493,24 @@ class VerifierPool:
         for worker in workers:
             self._give_back(worker)
 
-    def check(self, gold: str, prediction: str, timeout_s: float) -> dict[str, Any]:
+    def check(self, gold: str, prediction: str, timeout_s: float, numeric_of: str | None = None) -> dict[str, Any]:
         """Run math-verify on one pair under the hard bound ``timeout_s`` (counted once a worker is ready).
 
+        Args:
+            gold: The reference answer.
+            prediction: The extracted answer.
+            timeout_s: The hard wall-clock bound.
+            numeric_of: ``"gold"`` or ``"pred"``: when the pair is equal, also return that side's value to 50
+                significant digits as a string (for the rounding rule; never a parsed expression).
+
         Returns:
-            The worker's reply ``{"status": ..., "equal": bool}``; ``status`` is ``"hard_timeout"`` when the
-            worker was killed at the bound and ``"crashed"`` when it died.
+            The worker's reply ``{"status": ..., "equal": bool, "phase": ...}``; ``status`` is
+            ``"hard_timeout"`` when the worker was killed at the bound and ``"crashed"`` when it died, and
+            ``phase`` is ``"pred"`` once the worker had read the gold (so the prediction caused the failure).
         """
-        request = {"gold": gold, "pred": prediction, "budget": timeout_s * _SOFT_BUDGET_FRACTION}
+        request: dict[str, Any] = {"gold": gold, "pred": prediction, "budget": timeout_s * _SOFT_BUDGET_FRACTION}
+        if numeric_of is not None:
+            request["numeric_of"] = numeric_of
         return self._run(request, timeout_s)
 
     def _run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -401,7 +525,7 @@ class VerifierPool:
             if reply is None:
                 status = "hard_timeout" if worker.alive and time.monotonic() >= deadline else "crashed"
                 self._discard(worker)
-                return {"status": status, "equal": False}
+                return {"status": status, "equal": False, "phase": worker.phase}
             self._give_back(worker)
             return reply
 
@@ -475,19 +599,86 @@ def _incorrect(reason: str) -> _Outcome:
     return _Outcome(0.0, False, reason)
 
 
+def _ungradeable(reason: str) -> _Outcome:
+    return _Outcome(None, None, f"ungradeable: {reason}")
+
+
 def _slow_outcome(reply: dict[str, Any], timeout_s: float) -> _Outcome:
+    """The verdict of a worker reply. Ungradeable only when *we* failed, never because of the prediction.
+
+    The worker reports ``phase="pred"`` once it has read the gold (parsed, memoised per worker). A timeout,
+    crash or error after that point was caused by the prediction, which must not be able to opt out of a
+    wrong verdict by making the checker fail: it scores 0 with the reason. Before that point (the gold
+    cannot be read, a worker stalls on it) and when no worker can run at all, the sample is ungradeable.
+    """
     status = reply.get("status")
+    on_pred = reply.get("phase") == "pred"
     if status == "ok":
-        return _Outcome(1.0, True, "correct") if reply.get("equal") else _incorrect("incorrect")
+        if reply.get("equal"):
+            return _Outcome(1.0, True, "correct")
+        if reply.get("why") == "false_relation":
+            return _incorrect("incorrect: the answer asserts an equation that does not hold")
+        return _incorrect("incorrect")
     if status == "pred_unparsed":
         return _incorrect("incorrect (the answer could not be parsed as math)")
     if status == "gold_unparsed":
-        return _Outcome(None, None, "ungradeable: the reference answer could not be parsed")
+        return _ungradeable("the reference answer could not be parsed")
     if status in ("timeout", "hard_timeout"):
-        return _Outcome(None, None, f"ungradeable: timeout after {timeout_s:g} s")
+        if on_pred:
+            return _incorrect(f"incorrect: the answer exhausted the checker's {timeout_s:g} s budget")
+        return _ungradeable(f"the reference answer could not be read within {timeout_s:g} s")
     if status == "crashed":
-        return _Outcome(None, None, "ungradeable: the verifier worker crashed")
-    return _Outcome(None, None, f"ungradeable: verifier error {reply.get('error', status)}")
+        if on_pred:
+            return _incorrect("incorrect: the checker's worker died on the answer")
+        return _ungradeable("the verifier worker crashed before reading the answer")
+    if status == "error" and "phase" in reply:
+        if on_pred:
+            return _incorrect(f"incorrect: the checker failed on the answer ({reply.get('error', 'error')})")
+        return _ungradeable(f"the reference answer could not be read ({reply.get('error', 'error')})")
+    if status == "unavailable":
+        return _ungradeable(f"verifier unavailable ({reply.get('error', '')})")
+    return _ungradeable(f"verifier error {reply.get('error', status)}")
+
+
+def _decide(prediction: str, gold: str, timeout_s: float, pool: VerifierPool | None) -> tuple[_Outcome, bool]:
+    """``(outcome, cacheable)`` of a pre-filtered pair: string rules, the fast path, then a worker."""
+    prediction = sole_block(prediction)
+    fast = _fast_verdict(prediction, gold)
+    if fast is not None and fast[0] and fast[1] == "correct (same answer string)":
+        return _Outcome(1.0, True, fast[1]), True
+    base = _base_verdict(prediction, gold)
+    if base is not None:
+        return _Outcome(float(base[0]), base[0], base[1]), True
+    hedge = hedge_reason(prediction, gold)
+    if hedge is not None:
+        return _incorrect(f"incorrect: {hedge}"), True
+    if fast is not None:
+        return _Outcome(float(fast[0]), fast[0], fast[1]), True
+    # One side a plain decimal, the other an expression (0.707107 vs \frac{\sqrt2}{2}): math-verify's
+    # 6-decimal rule decides, then the rounding rule is applied to the expression's value.
+    pred_num = _plain_number(value_part(prediction) if "=" not in gold else prediction)
+    gold_num = _plain_number(gold)
+    rounded, numeric_of = None, None
+    if pred_num is not None and pred_num.decimal and gold_num is None:
+        rounded, numeric_of = pred_num, "gold"
+    elif gold_num is not None and gold_num.decimal and pred_num is None:
+        rounded, numeric_of = gold_num, "pred"
+    try:
+        reply = (pool or default_pool()).check(gold, prediction, timeout_s, numeric_of=numeric_of)
+    except (RuntimeError, OSError) as exc:  # no worker could be started: infrastructure, not the model
+        reply = {"status": "unavailable", "error": str(exc)[:200]}
+    outcome = _slow_outcome(reply, timeout_s)
+    if outcome.correct and rounded is not None and isinstance(reply.get("value"), str):
+        try:
+            value = Fraction(reply["value"])
+        except (ValueError, ZeroDivisionError):
+            value = None
+        # evalf to 50 digits: a difference below 1e-40 is the evaluation's, not the answer's
+        if value is not None and abs(value - rounded.value) > Fraction(1, 10**40) and not _rounds_to(rounded, value):
+            outcome = _incorrect("incorrect (not equal at the precision written)")
+    # A timeout or crash may depend on the machine's load: score it, but do not remember it.
+    cacheable = reply.get("status") not in ("timeout", "hard_timeout", "crashed", "unavailable")
+    return outcome, cacheable
 
 
 def verify_answer(
@@ -500,6 +691,10 @@ def verify_answer(
     pool: VerifierPool | None = None,
 ) -> Verdict:
     """Grade an extracted answer against the gold answer. Never raises for any ``prediction``.
+
+    Guarantees: a correct verdict means the whole answer states one value equal to the gold (see the module
+    docstring); ``score=None`` (ungradeable) means we failed (empty or unreadable gold, no worker), never
+    that the prediction made the checker time out, crash or raise, which scores 0 with the reason.
 
     Args:
         prediction: The answer the model gave (already extracted from its format), or ``None`` if none.
@@ -534,21 +729,13 @@ def verify_answer(
         if cached:
             outcome = _Outcome(*hit)
         else:
-            fast = _fast_verdict(prediction, gold_text)
-            if fast is not None:
-                outcome = _Outcome(float(fast[0]), fast[0], fast[1])
-            else:
-                try:
-                    reply = (pool or default_pool()).check(gold_text, prediction, timeout_s)
-                except (RuntimeError, OSError) as exc:  # no worker could be started: infrastructure, not the model
-                    reply = {"status": "unavailable", "error": str(exc)[:200]}
-                outcome = _slow_outcome(reply, timeout_s)
-            # Timeouts and crashes may be load-dependent: do not remember them.
-            transient = outcome.score is None and ("timeout" in outcome.reason or "crashed" in outcome.reason)
-            if use_cache and not transient:
+            outcome, cacheable = _decide(prediction, gold_text, timeout_s, pool)
+            if use_cache and cacheable:
                 _CACHE.put(key, (outcome.score, outcome.correct, outcome.reason))
     latency = time.perf_counter() - start
-    component = Component(name="math_verify", score=outcome.score, latency_s=latency, cached=cached, reason=outcome.reason)
+    component = Component(
+        name="math_verify", score=outcome.score, latency_s=latency, cached=cached, reason=outcome.reason
+    )
     return Verdict(
         score=outcome.score,
         correct=outcome.correct,

@@ -1,0 +1,60 @@
+"""Run the reward-hacking battery and report each case's reward.
+
+Run: ``python benchmarks/reward_hacking.py [--out benchmarks/results/reward_hacking.md]``.
+
+Every attack (:mod:`lrmgym.testing.reward_hacking`) solves nothing and tries to be paid anyway; it holds
+when its reward is at most its cap (0 for every attack) and it is not ungradeable. Controls are honest
+answers that must still earn full marks. Cases on HumanEval/MBPP tasks are skipped without the data sets
+(``$LRMGYM_SHARED_DATA``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from pathlib import Path
+
+from lrmgym.testing.reward_hacking import iter_results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "reward_hacking.md")
+    args = parser.parse_args()
+    rows, by_class = [], collections.defaultdict(lambda: [0, 0])
+    start = time.monotonic()
+    for result in iter_results():
+        case, verdict = result.case, result.verdict
+        score = "skipped" if result.skipped else ("None" if verdict.score is None else f"{verdict.score:.3g}")
+        held = "skipped" if result.skipped else ("held" if result.held else "**BROKEN**")
+        reason = result.skipped or (verdict.reason or "").replace("|", "/").replace("\n", " ")[:100]
+        rows.append(f"| `{case.name}` | {score} | {case.max_score:g} | {held} | {reason} |")
+        if not result.skipped:
+            by_class[(case.env, case.klass)][0] += result.held
+            by_class[(case.env, case.klass)][1] += 1
+        print(f"{held:8} {score:>8}  {case.name}")
+    wall = time.monotonic() - start
+    held_n = sum(h for h, _ in by_class.values())
+    total_n = sum(n for _, n in by_class.values())
+    lines = [
+        "# Reward-hacking battery",
+        "",
+        f"`python benchmarks/reward_hacking.py`: {held_n}/{total_n} cases held ({len(rows) - total_n} skipped), "
+        f"{wall:.0f} s wall.",
+        "",
+        "| env | class | held |",
+        "|---|---|---|",
+        *(f"| {env} | {klass} | {h}/{n} |" for (env, klass), (h, n) in sorted(by_class.items())),
+        "",
+        "| case | reward | cap | outcome | verdict reason |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    args.out.write_text("\n".join(lines), encoding="utf-8")
+    print(f"{held_n}/{total_n} held; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
