@@ -123,8 +123,11 @@ class Component:
 class Verdict:
     """The graded outcome of one completion. Every reward a learner sees can be traced to one.
 
-    ``score is None`` means *ungradeable*: the verifier timed out, crashed, or the reference could not be
-    parsed. Learners mask ungradeable samples out instead of scoring them 0.
+    ``score is None`` means *ungradeable*, and only for a failure that is ours, never the completion's: the
+    reference could not be parsed, the sandbox or verifier could not start, a judge's endpoint failed.
+    Learners mask ungradeable samples out instead of scoring them 0, so a completion that makes the checker
+    time out, crash or run out of memory scores 0 (with the reason): masking it would pay the policy for
+    opting out of being wrong.
 
     Attributes:
         score: The reward, or ``None`` when ungradeable.

@@ -7,14 +7,10 @@ a clear message instead of a traceback.
 
 from __future__ import annotations
 
+from lrmgym.policies.kinds import POLICY_KINDS
+
 COMPONENTS: dict[str, dict[str, str]] = {
-    "policy": {
-        "mock": "lrmgym.testing.mock:MockPolicyConfig",
-        "tiny": "lrmgym.policies.tiny:TinyPolicyConfig",
-        "hf": "lrmgym.policies.hf:HFPolicyConfig",
-        "openai": "lrmgym.policies.openai:OpenAIPolicyConfig",
-        "vllm": "lrmgym.policies.vllm:VLLMPolicyConfig",
-    },
+    "policy": POLICY_KINDS,
     "learner": {
         "grpo": "lrmgym.learners.grpo:GRPOConfig",
     },

@@ -222,9 +222,19 @@ def _validate(prefix: str, model: type[BaseModel], data: Any) -> BaseModel:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix}: invalid value {_show(data)}: expected a mapping of keys to values.")
     try:
-        return model.model_validate(data)
+        # Components that hold components (an LLM judge's policy) resolve them through this context, so that
+        # the knowledge of kinds stays here and no component imports configs.
+        return model.model_validate(data, context={"component": _nested_component})
     except ValidationError as err:
         raise ConfigError(format_error(prefix, err.errors()[0], model)) from None
+
+
+def _nested_component(group: str, data: Any) -> BaseModel:
+    """Validate a component held by another one (``group`` names its kind table, e.g. ``"policy"``)."""
+    try:
+        return validate_component(group, group, data)
+    except ConfigError as err:
+        raise ValueError(str(err).removeprefix(f"{group}: ").removeprefix(f"{group}.")) from None
 
 
 @cache

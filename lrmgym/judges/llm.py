@@ -40,7 +40,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from lrmgym.core import Completion, Component, Prompt, Task, Verdict
 from lrmgym.judges.base import (
@@ -374,14 +374,22 @@ class _LLMJudgeOptions(JudgeConfigBase):
 
     @field_validator("policy", mode="before", check_fields=False)
     @classmethod
-    def _validate_policy(cls, value: Any) -> Any:
-        """Validate the judge's policy config now (at config time), against its kind's config class."""
-        if isinstance(value, dict):
-            from lrmgym.configs.resolve import validate_component
+    def _validate_policy(cls, value: Any, info: ValidationInfo) -> Any:
+        """Validate the judge's policy config now (at config time), against its kind's config class.
 
-            return validate_component("policy", "policy", value)
+        A mapping (``{kind: openai, ...}``) is turned into its kind's config by the resolver that
+        :mod:`lrmgym.configs` passes in the validation context (its errors name the dotted path; judges do not
+        import configs), else by :func:`lrmgym.policies.kinds.policy_config`.
+        """
         if isinstance(value, BaseModel) and callable(getattr(value, "build", None)):
             return value
+        resolve = (info.context or {}).get("component") if info is not None else None
+        if isinstance(value, dict) and callable(resolve):
+            return resolve("policy", value)
+        if isinstance(value, dict):
+            from lrmgym.policies.kinds import policy_config
+
+            return policy_config(value)
         raise ValueError(
             f"expected a policy config with a kind, e.g. {{kind: openai, base_url: ..., model: ...}}, got {value!r:.80}"
         )
