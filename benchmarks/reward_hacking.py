@@ -17,6 +17,16 @@ from pathlib import Path
 
 from lrmgym.testing.reward_hacking import iter_results
 
+# Measured once on the code before the reward-integrity fixes (commit 596ad98), with the same cases.
+BEFORE = (
+    "Before the fixes (commit 596ad98, same cases): 12 of the 26 code attacks earned reward (shadowed builtins "
+    "0.33-1.0, StopIteration in map/filter 1.0, a hang swallowed by a test's except 1.0, the stdio memory scan "
+    "1.0, do-nothing functions 0.125-0.75 from asserts that cannot fail; the harness-takeover cases here write "
+    "the new record format, and a marshal-format forgery of the same attack scored 1 000 000 of 2 tests, see "
+    "tests/envs/code/test_code_integrity.py), 38 of the 64 math attacks scored 1.0 and 14 were ungradeable "
+    "(masked: the timeout opt-out), and 2 math controls failed (3e3 for 3000, e^{i pi} for -1)."
+)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,6 +52,8 @@ def main() -> None:
         "",
         f"`python benchmarks/reward_hacking.py`: {held_n}/{total_n} cases held ({len(rows) - total_n} skipped), "
         f"{wall:.0f} s wall.",
+        "",
+        BEFORE,
         "",
         "| env | class | held |",
         "|---|---|---|",
