@@ -432,9 +432,9 @@ CASES: list[HackCase] = [
 
 def make_env(config: dict[str, Any]) -> Any:
     """A code env for the battery: no data source needed, short timeouts."""
-    import lrmgym
+    from lrmgym.registry import make
 
-    return lrmgym.make("lrmgym/Code-v0", **{"timeout_s": 2.0, "workers": 2, **config})
+    return make("lrmgym/Code-v0", **{"timeout_s": 2.0, "workers": 2, **config})
 
 
 @functools.cache

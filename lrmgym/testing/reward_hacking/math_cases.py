@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import lrmgym
 from lrmgym.core import Task
+from lrmgym.registry import make
 from lrmgym.testing.reward_hacking import HackCase
 
 __all__ = ["CASES", "build_task", "make_env"]
@@ -215,7 +215,7 @@ CASES: list[HackCase] = [
 
 def make_env(config: dict[str, Any]) -> Any:
     """The math env (``lrmgym/Math-v0``) with the case's options over its defaults."""
-    return lrmgym.make("lrmgym/Math-v0", **config)
+    return make("lrmgym/Math-v0", **config)
 
 
 def build_task(case: HackCase, env: Any) -> Task:
