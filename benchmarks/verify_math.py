@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from collections import Counter
@@ -55,14 +54,14 @@ def selfcheck(data: Path) -> dict:
             completions = [Completion(f"The final answer is $\\boxed{{{a}}}$.") for a in answers]
             start = time.perf_counter()
             verdicts = [None] * n
-            pairs = list(zip(tasks, completions))
+            pairs = list(zip(tasks, completions, strict=True))
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(mv.default_pool().size) as executor:
-                verdicts = list(executor.map(lambda tc: env.verify(*tc), pairs))
+                verdicts = list(executor.map(lambda tc, env=env: env.verify(*tc), pairs))
             misses = [
                 {"index": i, "gold": t.answer, "form": a, "reason": v.reason}
-                for i, (t, a, v) in enumerate(zip(tasks, answers, verdicts))
+                for i, (t, a, v) in enumerate(zip(tasks, answers, verdicts, strict=True))
                 if v.correct is not True
             ]
             result[form] = {
@@ -70,7 +69,9 @@ def selfcheck(data: Path) -> dict:
                 "correct": n - len(misses),
                 "misses": misses,
                 "reasons": Counter(v.reason for v in verdicts),
-                "changed_after_normalisation": sum(mv._normalise(a) != mv._normalise(t.answer) for t, a in zip(tasks, answers)),
+                "changed_after_normalisation": sum(
+                    mv._normalise(a) != mv._normalise(t.answer) for t, a in zip(tasks, answers, strict=True)
+                ),
                 "wall_s": round(time.perf_counter() - start, 2),
             }
             print(f"selfcheck {source} {form}: {n - len(misses)}/{n} correct ({len(misses)} misses)")
@@ -99,12 +100,14 @@ def _agreement(data: Path, timeout_s: float, max_answer_chars: int) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(row):
-        return mv.verify_answer(row["pred"], row["gold"], use_cache=False, timeout_s=timeout_s, max_answer_chars=max_answer_chars)
+        return mv.verify_answer(
+            row["pred"], row["gold"], use_cache=False, timeout_s=timeout_s, max_answer_chars=max_answer_chars
+        )
 
     with ThreadPoolExecutor(mv.default_pool().size) as executor:
         verdicts = list(executor.map(one, rows))
     disagreements = []
-    for row, verdict in zip(rows, verdicts):
+    for row, verdict in zip(rows, verdicts, strict=True):
         ours = verdict.correct is True
         if ours != row["expected"]:
             disagreements.append(
@@ -120,7 +123,10 @@ def _agreement(data: Path, timeout_s: float, max_answer_chars: int) -> dict:
                 }
             )
     agree = len(rows) - len(disagreements)
-    print(f"agreement (timeout {timeout_s} s, answer cap {max_answer_chars}): {agree}/{len(rows)} = {agree / len(rows):.1%}")
+    print(
+        f"agreement (timeout {timeout_s} s, answer cap {max_answer_chars}): "
+        f"{agree}/{len(rows)} = {agree / len(rows):.1%}"
+    )
     return {"n": len(rows), "agree": agree, "rate": agree / len(rows), "disagreements": disagreements}
 
 
@@ -139,7 +145,9 @@ def benchmark_pairs(data: Path, n: int = 10_000, seed: int = 0) -> list[tuple[st
         elif kind == "rewrite":
             pred = rewrite_answer(gold)
         elif kind in ("wrong", "wrong2"):
-            pred = wrong_answer(gold, k=rng.randint(1, 9) if kind == "wrong" else -rng.randint(1, 99)) or rng.choice(golds)
+            pred = wrong_answer(gold, k=rng.randint(1, 9) if kind == "wrong" else -rng.randint(1, 99)) or rng.choice(
+                golds
+            )
         elif kind == "other":
             pred = rng.choice(golds)
         else:
@@ -225,13 +233,19 @@ def throughput(data: Path, n: int = 10_000, block: int = 500) -> dict:
     reference = [bool(v) for v in verdicts["math_verify"]]
     for name in names:
         lat = latencies[name]
-        entry = {"wall_s": walls[name], "verdicts_per_s": n / walls[name], "p50_s": _pct(lat, 0.5), "p99_s": _pct(lat, 0.99), "max_s": max(lat)}
+        entry = {
+            "wall_s": walls[name],
+            "verdicts_per_s": n / walls[name],
+            "p50_s": _pct(lat, 0.5),
+            "p99_s": _pct(lat, 0.99),
+            "max_s": max(lat),
+        }
         if name != "math_verify":
             pool, use_cache = graders[name]
             ours = verdicts[name]
             diffs = [
                 {"pred": p, "gold": g, "math_verify": m, "ours": o.score, "reason": o.reason}
-                for (p, g), m, o in zip(pairs, reference, ours)
+                for (p, g), m, o in zip(pairs, reference, ours, strict=True)
                 if m != (o.correct is True)
             ]
             entry.update(
@@ -246,8 +260,15 @@ def throughput(data: Path, n: int = 10_000, block: int = 500) -> dict:
                 distinct_differences=list({(d["pred"], d["gold"]): d for d in diffs}.values()),
             )
         result[name] = entry
-        extra = f" | speed-up {entry['speedup_vs_math_verify']:.2f}x | {entry['verdict_differences']} differing verdicts" if name != "math_verify" else ""
-        print(f"  {name}: {entry['verdicts_per_s']:.0f}/s p50 {entry['p50_s'] * 1e3:.1f} ms p99 {entry['p99_s'] * 1e3:.1f} ms max {entry['max_s']:.2f} s{extra}")
+        extra = (
+            f" | speed-up {entry['speedup_vs_math_verify']:.2f}x | {entry['verdict_differences']} differing verdicts"
+            if name != "math_verify"
+            else ""
+        )
+        print(
+            f"  {name}: {entry['verdicts_per_s']:.0f}/s p50 {entry['p50_s'] * 1e3:.1f} ms "
+            f"p99 {entry['p99_s'] * 1e3:.1f} ms max {entry['max_s']:.2f} s{extra}"
+        )
     single.close()
     return result
 
@@ -266,7 +287,9 @@ def adversarial(data: Path, n: int = 1000, share: float = 0.05, timeout_s: float
     rng = random.Random(1)
     normal = benchmark_pairs(data, n, seed=7)
     hostile_idx = set(rng.sample(range(n), int(n * share)))
-    pairs = [(HOSTILE[i % len(HOSTILE)], gold) if i in hostile_idx else (pred, gold) for i, (pred, gold) in enumerate(normal)]
+    pairs = [
+        (HOSTILE[i % len(HOSTILE)], gold) if i in hostile_idx else (pred, gold) for i, (pred, gold) in enumerate(normal)
+    ]
     pool = mv.default_pool()
     pool.warm()
     mv.clear_cache()
@@ -292,7 +315,7 @@ def adversarial(data: Path, n: int = 1000, share: float = 0.05, timeout_s: float
         "timeout_s": timeout_s,
         "wall_s": wall,
         "max_call_s": max(latencies),
-        "slowest_calls": sorted(((round(l, 3), pairs[i][0][:60]) for i, l in enumerate(latencies)), reverse=True)[:8],
+        "slowest_calls": sorted(((round(t, 3), pairs[i][0][:60]) for i, t in enumerate(latencies)), reverse=True)[:8],
         "hostile_scored_correct": sum(verdicts[i].correct is True for i in hostile_idx),
         "hostile_outcomes": Counter(r for _, r, _ in hostile).most_common(),
         "killed_workers": pool.stats["killed"] - killed_before,
@@ -318,7 +341,10 @@ def main() -> None:
     sections = args.only or ["selfcheck", "agreement", "throughput", "adversarial"]
     report = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
-        "versions": {m: __import__("importlib.metadata").metadata.version(m) for m in ("math-verify", "sympy", "latex2sympy2_extended")},
+        "versions": {
+            m: __import__("importlib.metadata").metadata.version(m)
+            for m in ("math-verify", "sympy", "latex2sympy2_extended")
+        },
     }
     for section in sections:
         if section == "throughput":

@@ -261,6 +261,7 @@ class PromptSpace(gymnasium.spaces.Space):
         self.max_length = max_length
 
     def contains(self, x: Any) -> bool:
+        """True for a string or :class:`Completion` of at most ``max_length`` characters, or a list of messages."""
         if isinstance(x, str):
             return len(x) <= self.max_length
         if isinstance(x, Completion):
@@ -270,10 +271,12 @@ class PromptSpace(gymnasium.spaces.Space):
         return False
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """The empty string: random text is not a meaningful action (``mask`` and ``probability`` are ignored)."""
         return ""
 
     @property
     def is_np_flattenable(self) -> bool:
+        """False: text cannot be flattened into a numpy array."""
         return False
 
     def __repr__(self) -> str:

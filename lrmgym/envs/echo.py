@@ -38,6 +38,7 @@ class EchoEnv(TextEnv):
         self.max_turns = self.config.max_turns
 
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
+        """Task ``index``: ``words`` words drawn from ``rng``, to be repeated exactly."""
         words = " ".join(rng.choice(_WORDS, size=self.config.words))
         return Task(
             id=f"echo/{index}/{words.replace(' ', '-')}",  # content-based: stable whatever the seed source
@@ -47,9 +48,11 @@ class EchoEnv(TextEnv):
         )
 
     def verify(self, task: Task, completion: Completion) -> Verdict:
+        """Score 1.0 when the completion, stripped of surrounding whitespace, equals the words; else 0.0."""
         said = completion.text.strip()
         ok = said == task.answer
         return Verdict(score=float(ok), correct=ok, parsed=said[:200], reason="match" if ok else "mismatch")
 
     def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
+        """After a wrong answer: ``"Wrong. Repeat exactly: <words>"``."""
         return f"Wrong. Repeat exactly: {task.answer}"

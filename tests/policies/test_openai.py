@@ -111,8 +111,15 @@ def server():
 
 
 def _policy(server: _Server, **overrides) -> OpenAIPolicy:
-    options = {"base_url": server.url, "model": "tiny", "timeout_s": 0.5, "max_retries": 2, "backoff_s": 0.01,
-               "backoff_max_s": 0.05, "api_key_env": None}
+    options = {
+        "base_url": server.url,
+        "model": "tiny",
+        "timeout_s": 0.5,
+        "max_retries": 2,
+        "backoff_s": 0.01,
+        "backoff_max_s": 0.05,
+        "api_key_env": None,
+    }
     return OpenAIPolicyConfig(**{**options, **overrides}).build()
 
 

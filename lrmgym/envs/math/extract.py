@@ -1,8 +1,8 @@
-"""Take the final answer out of a completion, from exactly the format the prompt asked for.
+r"""Take the final answer out of a completion, from exactly the format the prompt asked for.
 
-Strict by default: a missing answer, a doubled answer (two ``\\boxed{}``, two ``<answer>`` blocks, two
+Strict by default: a missing answer, a doubled answer (two ``\boxed{}``, two ``<answer>`` blocks, two
 ``Answer:`` lines) or text after the answer is a format failure with its own reason. A hedging completion
-(``\\boxed{2} or \\boxed{3}``) therefore earns nothing, and a completion without the requested format is
+(``\boxed{2} or \boxed{3}``) therefore earns nothing, and a completion without the requested format is
 not searched for something that looks like a number (the leniency that paid reward without the format in
 peers, see ../shared/specs/peers.md §4 #8).
 
@@ -22,7 +22,9 @@ Template = Literal["plain", "boxed", "r1"]
 TEMPLATES: tuple[str, ...] = ("plain", "boxed", "r1")
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_LINE_RE = re.compile(r"^[ \t*_#>]*(?:final\s+)?answer[*_]*\s*:[*_]*[ \t]*(.*?)[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE_RE = re.compile(
+    r"^[ \t*_#>]*(?:final\s+)?answer[*_]*\s*:[*_]*[ \t]*(.*?)[ \t*_]*$", re.IGNORECASE | re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def braced(text: str, open_index: int, limit: int) -> str | None:
 
 
 def _clean(answer: str) -> str:
-    """Strip whitespace, surrounding ``$``/``\\(...\\)`` delimiters, one enclosing ``\\boxed{}`` and a final period."""
+    r"""Strip whitespace, surrounding ``$``/``\(...\)`` delimiters, one enclosing ``\boxed{}`` and a final period."""
     answer = answer.strip()
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if len(answer) >= len(left) + len(right) and answer.startswith(left) and answer.endswith(right):
@@ -128,15 +130,15 @@ def _extract_plain(text: str, strict: bool) -> Extraction:
 
 
 def extract_answer(text: str, template: Template, *, strict: bool = True, max_answer_chars: int = 1000) -> Extraction:
-    """Extract the final answer of ``text`` in the format of ``template``.
+    r"""Extract the final answer of ``text`` in the format of ``template``.
 
     Args:
         text: The completion.
-        template: ``"r1"`` (``<think>...</think><answer>...</answer>``), ``"boxed"`` (one ``\\boxed{...}``)
+        template: ``"r1"`` (``<think>...</think><answer>...</answer>``), ``"boxed"`` (one ``\boxed{...}``)
             or ``"plain"`` (a last line ``Answer: ...``).
         strict: Require exactly one answer in exactly the format (default). When ``False`` the last answer
             in the format is taken and surrounding text is ignored.
-        max_answer_chars: How far a ``\\boxed{`` is scanned for its closing brace.
+        max_answer_chars: How far a ``\boxed{`` is scanned for its closing brace.
 
     Returns:
         An :class:`Extraction`; on a format failure ``answer`` is ``None`` and ``reason`` says why.

@@ -118,16 +118,20 @@ def _level1(rng: np.random.Generator) -> Problem:
         x, a = _tiny_number(rng), _tiny_number(rng)
         if rng.random() < 0.5:
             b = x + a
-            return Problem(1, "equation", f"x+{a}={b}. x=?", f"Solve for x: x + {a} = {b}.", Fraction(x), (f"x={b}-{a}={x}",))
+            return Problem(
+                1, "equation", f"x+{a}={b}. x=?", f"Solve for x: x + {a} = {b}.", Fraction(x), (f"x={b}-{a}={x}",)
+            )
         x, a = max(x, a), min(x, a)
         b = x - a
-        return Problem(1, "equation", f"x-{a}={b}. x=?", f"Solve for x: x - {a} = {b}.", Fraction(x), (f"x={b}+{a}={x}",))
+        return Problem(
+            1, "equation", f"x-{a}={b}. x=?", f"Solve for x: x - {a} = {b}.", Fraction(x), (f"x={b}+{a}={x}",)
+        )
     n_ops = 1 if rng.random() < 0.5 else 2
     while True:
         numbers = [_tiny_number(rng) for _ in range(n_ops + 1)]
         ops = ["+" if rng.random() < 0.5 else "-" for _ in range(n_ops)]
         acc, steps, ok = numbers[0], [], True
-        for op, number in zip(ops, numbers[1:]):
+        for op, number in zip(ops, numbers[1:], strict=True):
             new = acc + number if op == "+" else acc - number
             if new < 0:
                 ok = False
@@ -136,7 +140,7 @@ def _level1(rng: np.random.Generator) -> Problem:
             acc = new
         if ok:
             break
-    expr = str(numbers[0]) + "".join(f"{op}{n}" for op, n in zip(ops, numbers[1:]))
+    expr = str(numbers[0]) + "".join(f"{op}{n}" for op, n in zip(ops, numbers[1:], strict=True))
     kind = "add" if set(ops) == {"+"} else "addsub"
     return Problem(1, kind, f"Compute {expr}.", f"Compute {_spaced(expr)}.", Fraction(acc), tuple(steps))
 
@@ -198,7 +202,14 @@ def _level3(rng: np.random.Generator) -> Problem:
         op = ("+", "-", "*")[int(rng.integers(0, 3))]
         result, chain = _fraction_sum(p, q, op)
         expr = f"{_n(p)}{op}{_n(q)}"
-        return Problem(3, "fraction", f"Compute {expr}.", f"Compute {_spaced(expr)} as a fraction in lowest terms.", result, (chain,))
+        return Problem(
+            3,
+            "fraction",
+            f"Compute {expr}.",
+            f"Compute {_spaced(expr)} as a fraction in lowest terms.",
+            result,
+            (chain,),
+        )
     if kind == 1:
         den = _int(rng, 2, 9)
         num = _int(rng, 1, den - 1)
@@ -207,7 +218,9 @@ def _level3(rng: np.random.Generator) -> Problem:
         part = whole // share.denominator
         result = share * whole
         steps = (f"{whole}/{share.denominator}={part}", f"{part}*{share.numerator}={_n(result)}")
-        return Problem(3, "fraction_of", f"Compute {_n(share)} of {whole}.", f"What is {_n(share)} of {whole}?", result, steps)
+        return Problem(
+            3, "fraction_of", f"Compute {_n(share)} of {whole}.", f"What is {_n(share)} of {whole}?", result, steps
+        )
     pct = 5 * _int(rng, 1, 19)
     whole = 20 * _int(rng, 1, 25)
     result = Fraction(pct * whole, 100)
@@ -249,7 +262,14 @@ def _level4(rng: np.random.Generator) -> Problem:
         result, word, op = base - change, "decreased", "-"
     steps = (f"{base}*{pct}/100={_n(change)}", f"{base}{op}{_n(change)}={_n(result)}")
     compact = f"{base} {word} by {pct}%. Result?"
-    return Problem(4, "percent_change", compact, f"A price of {base} dollars is {word} by {pct}%. What is the new price in dollars?", result, steps)
+    return Problem(
+        4,
+        "percent_change",
+        compact,
+        f"A price of {base} dollars is {word} by {pct}%. What is the new price in dollars?",
+        result,
+        steps,
+    )
 
 
 # --------------------------------------------------------------------------------------------------- level 5
@@ -276,7 +296,10 @@ def _word_change(rng: np.random.Generator) -> Problem:
     price, count = _int(rng, 2, 15), _int(rng, 2, 9)
     cost = price * count
     note = next(n for n in (20, 50, 100, 200) if n > cost)
-    text = f"A {item} costs {price} dollars. {name} buys {count} of them and pays with a {note}-dollar note. How much change, in dollars, does {name} get?"
+    text = (
+        f"A {item} costs {price} dollars. {name} buys {count} of them and pays with a {note}-dollar note. "
+        f"How much change, in dollars, does {name} get?"
+    )
     steps = (f"{price}*{count}={cost}", f"{note}-{cost}={note - cost}")
     return Problem(5, "word/change", text, text, Fraction(note - cost), steps)
 
@@ -290,7 +313,12 @@ def _word_reading(rng: np.random.Generator) -> Problem:
         f"A book has {total} pages. {name} reads {r1} pages a day for {d1} days, then {r2} pages a day for {d2} days. "
         "How many pages are left?"
     )
-    steps = (f"{r1}*{d1}={r1 * d1}", f"{r2}*{d2}={r2 * d2}", f"{r1 * d1}+{r2 * d2}={read}", f"{total}-{read}={total - read}")
+    steps = (
+        f"{r1}*{d1}={r1 * d1}",
+        f"{r2}*{d2}={r2 * d2}",
+        f"{r1 * d1}+{r2 * d2}={read}",
+        f"{total}-{read}={total - read}",
+    )
     return Problem(5, "word/reading", text, text, Fraction(total - read), steps)
 
 

@@ -1,10 +1,10 @@
-"""Loaders for math data sets in their native formats, read from local files only (never downloaded).
+r"""Loaders for math data sets in their native formats, read from local files only (never downloaded).
 
 - GSM8K (https://github.com/openai/grade-school-math): JSONL ``{"question", "answer"}``; the gold is the
   text after ``####`` with thousands commas removed.
 - MATH / MATH-500 (https://github.com/hendrycks/math, https://github.com/openai/prm800k): JSONL
   ``{"problem", "solution", "answer"?, "level", "subject"|"type"}``; the gold is ``answer`` when present,
-  else the last ``\\boxed{}`` of the solution.
+  else the last ``\boxed{}`` of the solution.
 - Any local JSONL (optionally gzipped), JSON list, parquet file or Hugging Face ``datasets`` folder saved
   with ``save_to_disk``, with configurable question and answer fields.
 
@@ -111,7 +111,9 @@ def _read_hf_folder(path: Path) -> Iterator[dict[str, Any]]:
     try:
         import datasets
     except ImportError:
-        raise DataError(f"{path} looks like a Hugging Face dataset folder; reading it needs: pip install datasets") from None
+        raise DataError(
+            f"{path} looks like a Hugging Face dataset folder; reading it needs: pip install datasets"
+        ) from None
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         raise DataError(
@@ -145,7 +147,9 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise DataError(f"{path}: expected a JSON list of objects.")
         return data
-    raise DataError(f"Unsupported data file {path}: expected .jsonl, .jsonl.gz, .json, .parquet or a HF dataset folder.")
+    raise DataError(
+        f"Unsupported data file {path}: expected .jsonl, .jsonl.gz, .json, .parquet or a HF dataset folder."
+    )
 
 
 # --------------------------------------------------------------------------------------------------- answers
@@ -160,7 +164,7 @@ def gsm8k_answer(rationale: str) -> str:
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced."""
+    r"""The content of the last ``\boxed{...}`` (or ``\fbox{...}``) in ``text``, braces balanced."""
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     brace = text.find("{", start) if start >= 0 else -1
     if brace < 0:
@@ -177,10 +181,16 @@ def load_gsm8k(path: str | Path, split: str) -> list[Item]:
         try:
             question, rationale = str(row["question"]), str(row["answer"])
         except KeyError as exc:
-            raise DataError(f"{path} row {index}: missing field {exc.args[0]!r} (GSM8K rows have 'question' and 'answer').") from None
+            raise DataError(
+                f"{path} row {index}: missing field {exc.args[0]!r} (GSM8K rows have 'question' and 'answer')."
+            ) from None
         reference = re.sub(r"<<[^>]*>>", "", rationale.split("####")[0]).strip()
         items.append(
-            Item(question, gsm8k_answer(rationale), {"source": "gsm8k", "split": split, "index": index, "reference_solution": reference})
+            Item(
+                question,
+                gsm8k_answer(rationale),
+                {"source": "gsm8k", "split": split, "index": index, "reference_solution": reference},
+            )
         )
     return items
 

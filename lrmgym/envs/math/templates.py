@@ -1,4 +1,4 @@
-"""Prompts that state the answer format, and worked solutions written in that format.
+r"""Prompts that state the answer format, and worked solutions written in that format.
 
 Two prompt styles:
 
@@ -8,7 +8,7 @@ Two prompt styles:
   for real instruction-tuned models.
 
 Three answer templates (see :mod:`lrmgym.envs.math.extract` for how each is read back):
-``plain`` (last line ``Answer: X``), ``boxed`` (one ``\\boxed{X}``) and ``r1``
+``plain`` (last line ``Answer: X``), ``boxed`` (one ``\boxed{X}``) and ``r1``
 (``<think>...</think><answer>X</answer>``, the DeepSeek-R1-Zero format, https://arxiv.org/abs/2501.12948).
 """
 
@@ -63,12 +63,12 @@ def render_prompt(question: str, *, template: str, style: str, chat: bool) -> Pr
 
 
 def render_solution(steps: Sequence[str], answer: str, template: str) -> str:
-    """A worked solution in the answer format of ``template``: the steps joined by ``;``, then the answer.
+    r"""A worked solution in the answer format of ``template``: the steps joined by ``;``, then the answer.
 
     Examples:
         ``render_solution(["93+13=106", "106+41=147"], "147", "r1")`` gives
         ``<think>93+13=106;106+41=147</think><answer>147</answer>``; with ``"boxed"`` it gives
-        ``93+13=106;106+41=147 \\boxed{147}`` and with ``"plain"`` ``93+13=106;106+41=147\\nAnswer: 147``.
+        ``93+13=106;106+41=147 \boxed{147}`` and with ``"plain"`` ``93+13=106;106+41=147\nAnswer: 147``.
     """
     work = ";".join(steps)
     if template == "r1":

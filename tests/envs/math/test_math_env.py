@@ -52,7 +52,9 @@ def test_task_metadata_and_solution():
     assert task.prompt.startswith("Q:") and task.prompt.endswith(" A:")
     assert {"source", "split", "difficulty", "solution", "steps", "kind", "question"} <= set(task.metadata)
     assert (task.metadata["source"], task.metadata["split"], task.metadata["difficulty"]) == ("procedural", "train", 1)
-    assert task.metadata["solution"] == f"<think>{';'.join(task.metadata['steps'])}</think><answer>{task.answer}</answer>"
+    assert (
+        task.metadata["solution"] == f"<think>{';'.join(task.metadata['steps'])}</think><answer>{task.answer}</answer>"
+    )
     assert env.solution(task, "boxed").endswith(f"\\boxed{{{task.answer}}}")
     assert re.fullmatch(r"math/gen/1/train/[0-9a-f]{12}", task.id)
 
@@ -63,7 +65,9 @@ def test_every_worked_solution_is_graded_correct(template):
     env = MathEnv(template=template, difficulty=[1, 2, 3, 4, 5], style="compact")
     tasks = [env.task_at(i, seed=9) for i in range(250)]
     verdicts = [env.verify(t, Completion(t.metadata["solution"])) for t in tasks]
-    wrong = [(t.prompt, t.metadata["solution"], v.reason) for t, v in zip(tasks, verdicts) if not v.correct]
+    wrong = [
+        (t.prompt, t.metadata["solution"], v.reason) for t, v in zip(tasks, verdicts, strict=True) if not v.correct
+    ]
     assert not wrong
     assert {t.difficulty for t in tasks} == {1, 2, 3, 4, 5}
 
@@ -92,7 +96,12 @@ def test_step_grades_format_and_answer():
     env.reset(seed=0)
     _, reward, _, _, info = env.step(f"The answer is {task.answer}")
     verdict = info["verdict"]
-    assert (reward, verdict.correct, verdict.format_ok, verdict.reason) == (0.0, False, False, "format: no <answer> tag")
+    assert (reward, verdict.correct, verdict.format_ok, verdict.reason) == (
+        0.0,
+        False,
+        False,
+        "format: no <answer> tag",
+    )
     env.reset(seed=0)
     verdict = env.step(f"<think>a</think><answer>{task.answer}</answer><answer>0</answer>")[4]["verdict"]
     assert verdict.reason == "format: 2 <answer> tags, expected exactly one"
@@ -157,7 +166,9 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_local_jsonl_with_custom_fields(tmp_path):
-    path = _write_jsonl(tmp_path / "mine.jsonl", [{"q": "1+1?", "a": "2"}, {"q": "half of 1?", "a": "\\boxed{\\frac12}"}])
+    path = _write_jsonl(
+        tmp_path / "mine.jsonl", [{"q": "1+1?", "a": "2"}, {"q": "half of 1?", "a": "\\boxed{\\frac12}"}]
+    )
     env = MathEnv(source=str(path), question_field="q", answer_field="a", order="sequential", template="boxed")
     assert env.num_items == 2
     tasks = [env.task_at(i, seed=0) for i in range(3)]
@@ -187,7 +198,10 @@ def test_local_gzip_parquet_and_hf_folder(tmp_path):
 
 def test_data_errors_are_clear(tmp_path):
     path = _write_jsonl(tmp_path / "bad.jsonl", [{"problem": "x", "answer": "1"}])
-    msg = f"{path} row 0: missing field(s) ['question']; it has ['answer', 'problem']. Set question_field / answer_field to the right names."
+    msg = (
+        f"{path} row 0: missing field(s) ['question']; it has ['answer', 'problem']. "
+        "Set question_field / answer_field to the right names."
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         MathEnv(source=str(path))
     broken = tmp_path / "broken.jsonl"
@@ -216,7 +230,9 @@ def test_gsm8k_and_math500_sources(shared_data):
 
 
 def test_missing_data_file_message(tmp_path):
-    with pytest.raises(ValueError, match=re.escape(f"gsm8k test split not found at {tmp_path / 'gsm8k' / 'test.jsonl'}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"gsm8k test split not found at {tmp_path / 'gsm8k' / 'test.jsonl'}")
+    ):
         MathEnv(source="gsm8k", split="test", data_dir=str(tmp_path))
 
 
@@ -249,5 +265,10 @@ def test_presets_are_valid_configs(name, shared_data):
     assert preset.pop("id") == "lrmgym/Math-v0"
     env = MathEnv(**preset, **({} if name == "math" else {"data_dir": str(shared_data)}))
     if name == "math":
-        assert (env.config.source, env.config.difficulty, env.config.template, env.config.style) == ("procedural", 1, "r1", "compact")
+        assert (env.config.source, env.config.difficulty, env.config.template, env.config.style) == (
+            "procedural",
+            1,
+            "r1",
+            "compact",
+        )
         assert env.task_at(0, seed=0).prompt.startswith("Q:")

@@ -48,13 +48,22 @@ def test_solution_for_needs_steps():
     msg = "Task 'gsm8k/test/0' has no worked steps (metadata['steps']); only procedural math tasks carry them."
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         solution_for(task, "r1")
-    assert solution_for(Task(id="t", prompt="q", answer="3", metadata={"steps": ("1+2=3",)}), "boxed") == "1+2=3 \\boxed{3}"
+    assert (
+        solution_for(Task(id="t", prompt="q", answer="3", metadata={"steps": ("1+2=3",)}), "boxed")
+        == "1+2=3 \\boxed{3}"
+    )
 
 
 def test_unknown_template_and_style_are_clear_errors():
-    with pytest.raises(ValueError, match=f"^{re.escape('Unknown answer template ' + repr('latex') + '; expected one of plain, boxed, r1.')}$"):
+    with pytest.raises(
+        ValueError,
+        match=f"^{re.escape('Unknown answer template ' + repr('latex') + '; expected one of plain, boxed, r1.')}$",
+    ):
         render_prompt("q", template="latex", style="compact", chat=False)
-    with pytest.raises(ValueError, match=f"^{re.escape('Unknown prompt style ' + repr('fancy') + '; expected one of compact, instruct.')}$"):
+    with pytest.raises(
+        ValueError,
+        match=f"^{re.escape('Unknown prompt style ' + repr('fancy') + '; expected one of compact, instruct.')}$",
+    ):
         render_prompt("q", template="r1", style="fancy", chat=False)
 
 
@@ -135,5 +144,8 @@ def test_non_text_completion_is_a_format_failure():
 
 
 def test_unknown_template_in_extraction():
-    with pytest.raises(ValueError, match=f"^{re.escape('Unknown answer template ' + repr('xml') + '; expected one of plain, boxed, r1.')}$"):
+    with pytest.raises(
+        ValueError,
+        match=f"^{re.escape('Unknown answer template ' + repr('xml') + '; expected one of plain, boxed, r1.')}$",
+    ):
         extract_answer("x", "xml")  # type: ignore[arg-type]

@@ -69,9 +69,9 @@ def test_equation_answers_solve_the_equation():
                 continue
             lhs, rhs = p.compact.split(".")[0].split("=")
 
-            def value(side: str) -> Fraction:
+            def value(side: str, answer: Fraction = p.answer) -> Fraction:
                 side = re.sub(r"(\d)x", r"\1*X", side).replace("x", "X")
-                return _exact(side.replace("X", f"({p.answer.numerator}/{p.answer.denominator})"))
+                return _exact(side.replace("X", f"({answer.numerator}/{answer.denominator})"))
 
             assert value(lhs) == value(rhs), p.compact
 
@@ -94,7 +94,13 @@ def test_level1_matches_the_tiny_model_distribution():
 def test_levels_cover_the_promised_families():
     kinds = {p.kind for level in LEVELS for p in _problems(level, 300, seed=2)}
     assert {"add", "equation", "arith", "fraction", "percent", "fraction_of", "equation2", "percent_change"} <= kinds
-    assert {k for k in kinds if k.startswith("word/")} == {"word/packs", "word/change", "word/reading", "word/tank", "word/share"}
+    assert {k for k in kinds if k.startswith("word/")} == {
+        "word/packs",
+        "word/change",
+        "word/reading",
+        "word/tank",
+        "word/share",
+    }
     assert any(p.answer.denominator > 1 for p in _problems(3, 100)), "fractions must appear"
 
 
@@ -124,7 +130,9 @@ def test_split_holds_at_every_level(level):
 
 
 def test_bad_level_and_split_are_clear_errors():
-    with pytest.raises(ValueError, match=f"^{re.escape('Unknown difficulty level 6; expected an integer from 1 to 5.')}$"):
+    with pytest.raises(
+        ValueError, match=f"^{re.escape('Unknown difficulty level 6; expected an integer from 1 to 5.')}$"
+    ):
         generate(6, task_rng(0, 0))
     msg = "Unknown split 'dev'; expected 'train' or 'test'."
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):

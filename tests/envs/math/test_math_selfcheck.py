@@ -24,22 +24,33 @@ KNOWN_MISSES = {("math500", "x \\in [-2,7]", "x \\in [-2.0, 7.0]")}
 
 def _grade(env, tasks, answers):
     with ThreadPoolExecutor(default_pool().size) as executor:
-        return list(executor.map(lambda ta: env.verify(ta[0], Completion(f"So the answer is $\\boxed{{{ta[1]}}}$.")), zip(tasks, answers)))
+        return list(
+            executor.map(
+                lambda ta: env.verify(ta[0], Completion(f"So the answer is $\\boxed{{{ta[1]}}}$.")),
+                zip(tasks, answers, strict=True),
+            )
+        )
 
 
 @pytest.mark.parametrize(("source", "n"), [("gsm8k", 1319), ("math500", 500)])
 def test_golds_verify_against_themselves_in_two_forms(source, n, shared_data):
-    env = MathEnv(source=source, split="test", template="boxed", order="sequential", data_dir=str(shared_data), timeout_s=10.0)
+    env = MathEnv(
+        source=source, split="test", template="boxed", order="sequential", data_dir=str(shared_data), timeout_s=10.0
+    )
     tasks = [env.task_at(i, seed=0) for i in range(n)]
     assert len({t.id for t in tasks}) == n
     if source == "gsm8k":
-        written = [json.loads(line)["answer"].split("####")[-1].strip() for line in open(shared_data / "gsm8k" / "test.jsonl")]
+        written = [
+            json.loads(line)["answer"].split("####")[-1].strip() for line in open(shared_data / "gsm8k" / "test.jsonl")
+        ]
         assert sum("," in w for w in written) == 14  # the thousands-separator golds are exercised as written
     else:
         written = [t.answer for t in tasks]
     rewrites = [rewrite_answer(t.answer) for t in tasks]
-    assert all(r != t.answer for r, t in zip(rewrites, tasks))
+    assert all(r != t.answer for r, t in zip(rewrites, tasks, strict=True))
     for form, answers in (("written", written), ("rewrite", rewrites)):
         verdicts = _grade(env, tasks, answers)
-        misses = {(source, t.answer, a) for t, a, v in zip(tasks, answers, verdicts) if v.correct is not True}
+        misses = {
+            (source, t.answer, a) for t, a, v in zip(tasks, answers, verdicts, strict=True) if v.correct is not True
+        }
         assert misses <= KNOWN_MISSES, (form, sorted(misses - KNOWN_MISSES))
