@@ -25,7 +25,12 @@ def build_env(config: Any) -> Any:
 
 
 def build_policy(config: Any) -> Any:
-    """The configured policy."""
+    """The configured policy; a tiny model of a recipe not built yet is built (and cached) first."""
+    needs_build = getattr(config.policy, "needs_build", None)
+    if callable(needs_build) and needs_build():
+        from lrmgym.learners.sft import build_tiny
+
+        build_tiny(config.policy)
     return config.policy.build()
 
 

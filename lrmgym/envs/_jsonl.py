@@ -19,7 +19,9 @@ def iter_jsonl(path: Path, error: type[Exception]) -> Iterator[tuple[int, dict[s
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise error(f"{path}:{line_no}: not valid JSON ({exc.msg}). Each line must be one JSON object.") from None
+                raise error(
+                    f"{path}:{line_no}: not valid JSON ({exc.msg}). Each line must be one JSON object."
+                ) from None
             if not isinstance(row, dict):
                 raise error(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}.")
             yield line_no, row

@@ -3,7 +3,7 @@
 Nothing is downloaded. :func:`build_tokenizer` makes a character-level tokenizer in code (printable ASCII plus
 ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` as single tokens, so answers are short sequences);
 :func:`build_model` makes a ``LlamaForCausalLM`` from a config (head dim 32, so vLLM's CPU attention can
-serve it); :func:`train_tiny` fits it by supervised learning on the math env's worked solutions
+serve it); :func:`lrmgym.learners.sft.build_tiny` fits it by supervised learning on the math env's worked solutions
 (``Task.metadata["solution"]``) of its *train* split, to partial competence (61 % held-out accuracy at
 temperature 1 on ``env=math``, 79 % greedy), so that most GRPO groups carry signal and sampling has much to
 sharpen.
@@ -26,14 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import re
-import shutil
 import string
-import tempfile
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,7 +40,6 @@ __all__ = [
     "TinyPolicyConfig",
     "TinyTrainConfig",
     "build_model",
-    "build_tiny",
     "build_tokenizer",
     "load_tiny",
     "tiny_cache_root",
@@ -166,119 +159,6 @@ class TinyTrainConfig(BaseModel):
     `policy.train.retry_share=0.15` builds one."""
 
 
-def _lr_factor(step: int, cfg: TinyTrainConfig) -> float:
-    if step < cfg.warmup:
-        return (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def env_examples(cfg: TinyTrainConfig, count: int) -> list[tuple[str, str]]:
-    """``count`` (prompt, worked solution) pairs from the env's train stream ``cfg.data_seed``.
-
-    Raises:
-        ValueError: if the env's tasks carry no ``metadata["solution"]`` or have chat prompts.
-    """
-    import numpy as np
-
-    import lrmgym
-
-    env = lrmgym.make(cfg.env, **cfg.env_options).unwrapped
-    retries = np.random.default_rng([cfg.data_seed, 0x7279])  # "ry": which examples are second attempts
-    pairs = []
-    for index in range(count):
-        task = env.task_at(index, seed=cfg.data_seed)
-        solution = task.metadata.get("solution")
-        if not isinstance(solution, str) or not isinstance(task.prompt, str):
-            raise ValueError(
-                f"Task {task.id!r} of {cfg.env} has no text prompt with a metadata['solution'] string; the tiny "
-                "model is trained on worked solutions. Use an env whose tasks carry them (lrmgym/Math-v0)."
-            )
-        prompt = task.prompt
-        if retries.random() < cfg.retry_share:
-            prompt += _second_attempt_prefix(env, task, solution, int(retries.integers(1, 10)))
-        pairs.append((prompt, solution))
-    return pairs
-
-
-def _second_attempt_prefix(env: Any, task: Any, solution: str, delta: int) -> str:
-    """A wrong first attempt (the solution with its final result off by ``delta``) and the env's feedback to it.
-
-    Returns ``""`` when the solution has no final number to change or the env gives no feedback.
-    """
-    from lrmgym.core import Completion
-
-    answer = str(task.answer)
-    if not re.fullmatch(r"-?\d+", answer):
-        return ""
-    wrong_answer = str(int(answer) + delta)
-    # The last "=<answer>" of the working and the answer tag carry the final result: change both.
-    wrong = re.sub(rf"={re.escape(answer)}(?=</think>)", f"={wrong_answer}", solution, count=1)
-    wrong = wrong.replace(f"<answer>{answer}</answer>", f"<answer>{wrong_answer}</answer>")
-    if wrong == solution:
-        return ""
-    completion = Completion(text=wrong)
-    verdict = env.verify(task, completion)
-    feedback = env.feedback(task, completion, verdict, 1) if verdict.correct is False else None
-    return wrong + feedback if isinstance(feedback, str) else ""
-
-
-def _batches(pairs: list[tuple[str, str]], tokenizer: Any, batch_size: int) -> Iterator[tuple[Any, Any]]:
-    """Right-padded ``input_ids`` ``[B, T]`` and ``labels`` ``[B, T]`` (-100 on the prompt and padding)."""
-    import torch
-
-    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
-    targets = tokenizer([t for _, t in pairs], add_special_tokens=False)["input_ids"]
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    for start in range(0, len(pairs), batch_size):
-        chunk = slice(start, start + batch_size)
-        rows = [(p, t + [eos]) for p, t in zip(prompts[chunk], targets[chunk], strict=True)]
-        width = max(len(p) + len(t) for p, t in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        for r, (p, t) in enumerate(rows):
-            ids[r, : len(p) + len(t)] = torch.tensor(p + t)
-            labels[r, len(p) : len(p) + len(t)] = torch.tensor(t)
-        yield ids, labels
-
-
-def train_tiny(
-    model: Any, tokenizer: Any, cfg: TinyTrainConfig, pairs: list[tuple[str, str]], progress: bool = True
-) -> dict[str, Any]:
-    """Supervised training on (prompt, solution) pairs; the loss covers the solution and EOS only.
-
-    Returns:
-        Measured facts: seconds, tokens/s, first and final loss (mean over the last 20 steps).
-    """
-    import torch
-    import torch.nn.functional as F
-    from tqdm.auto import tqdm
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, cfg))
-    model.train()
-    losses, tokens, start = [], 0, time.perf_counter()
-    bar = tqdm(total=cfg.steps, desc="training tiny model", unit="step", disable=not progress)
-    for ids, labels in _batches(pairs, tokenizer, cfg.batch_size):
-        attention = (ids != tokenizer.pad_token_id).long()
-        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        tokens += int(attention.sum())
-        bar.update(1)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{tokens / (time.perf_counter() - start):.0f}")
-    bar.close()
-    model.eval()
-    seconds = time.perf_counter() - start
-    return {"train_s": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "first_loss": losses[0],
-            "final_loss": float(sum(losses[-20:]) / len(losses[-20:]))}  # fmt: skip
-
-
 # --------------------------------------------------------------------------------------------------- cache
 def tiny_cache_root() -> Path:
     """``$XDG_CACHE_HOME/lrmgym/tiny`` (``~/.cache/lrmgym/tiny`` when the variable is unset or empty)."""
@@ -302,7 +182,8 @@ class TinyPolicyConfig(BaseModel):
     path: str | None = None
     """Load this checkpoint folder instead of the cache (e.g. a copy of a cache folder)."""
     build_if_missing: bool = True
-    """Build the model when it is not cached; False makes a missing model an error."""
+    """Build the model when it is not cached (lrmgym.compose.build_policy does); False makes a missing model an
+    error."""
     threads: int | None = Field(None, ge=1)
     """torch threads for building and, on CPU, for the process that loads the policy; None: 2 only on an idle
     machine (1-min load < cores / 4), else 1. Measured on 2 shared cores: the full build took 286-302 s CPU with
@@ -346,8 +227,18 @@ class TinyPolicyConfig(BaseModel):
             return folder
         return self.shipped_dir() or folder
 
+    def needs_build(self) -> bool:
+        """Whether this config's model is neither cached nor shipped (nor at ``path``) and may be built.
+
+        Building trains on an env's data, which a policy does not import: the composition root
+        (:func:`lrmgym.compose.build_policy`) builds it with :func:`lrmgym.learners.sft.build_tiny`.
+        """
+        folder = self.model_dir()
+        built = (folder / "build.json").is_file() or bool(self.path and (folder / "config.json").is_file())
+        return not built and not self.path and self.build_if_missing
+
     def build(self) -> Any:
-        """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy` (building and caching it if needed)."""
+        """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy`, from its cache, ``path`` or the package."""
         folder = self.model_dir()
         if not (folder / "build.json").is_file() and not (self.path and (folder / "config.json").is_file()):
             if self.path:
@@ -357,7 +248,11 @@ class TinyPolicyConfig(BaseModel):
                     f"The tiny model for this config is not built yet (expected in {folder}). "
                     "Run `lrmgym tiny build` or set policy.build_if_missing=true."
                 )
-            build_tiny(self)
+            raise FileNotFoundError(
+                f"The tiny model for this config is not built yet (expected in {folder}). Build the policy through "
+                "lrmgym.compose.build_policy (as `lrmgym run` and `lrmgym eval` do), which builds and caches it, or "
+                "run `lrmgym tiny build` with the same options."
+            )
         policy = load_tiny(folder, device=self.device, batch_size=self.batch_size)
         if policy.device.type == "cpu":
             import torch
@@ -376,72 +271,6 @@ def load_tiny(folder: Path, device: str = "cpu", batch_size: int = 256) -> Any:
     model = AutoModelForCausalLM.from_pretrained(str(folder), **{dtype_kwarg(): torch.float32})
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     return HFPolicy(model.eval(), tokenizer, device=device, chat_template=False, batch_size=batch_size)
-
-
-def build_tiny(
-    cfg: TinyPolicyConfig,
-    force: bool = False,
-    progress: bool = True,
-    examples: Callable[[TinyTrainConfig, int], list[tuple[str, str]]] = env_examples,
-) -> Path:
-    """Build, train and cache the tiny model for ``cfg``; returns its folder.
-
-    The model is written to a temporary folder beside the cache entry and renamed into place, so a crash or a
-    concurrent build never leaves a half-written model. An existing entry is kept unless ``force``.
-
-    Args:
-        cfg: The tiny model's config.
-        force: Rebuild even when cached.
-        progress: Show a progress bar.
-        examples: Where (prompt, solution) pairs come from (tests swap in a small source).
-    """
-    import torch
-
-    folder = cfg.cache_dir()
-    if (folder / "build.json").is_file() and not force:
-        return folder
-    start, cpu_start, load_before = time.perf_counter(), time.process_time(), _loadavg()
-    threads_before = torch.get_num_threads()
-    threads = cfg.threads or _auto_threads(load_before)
-    torch.set_num_threads(threads)
-    try:
-        pairs = examples(cfg.train, cfg.train.steps * cfg.train.batch_size)
-        data_s = time.perf_counter() - start
-        tokenizer = build_tokenizer()
-        model = build_model(cfg.arch, len(tokenizer), cfg.seed)
-        facts = train_tiny(model, tokenizer, cfg.train, pairs, progress=progress)
-    finally:
-        torch.set_num_threads(threads_before)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        _portable_tokenizer_config(tmp / "tokenizer_config.json")
-        facts.update(
-            key=cfg.key(), config=cfg.model_dump(mode="json", exclude={"path", "device", "batch_size"}),
-            params=sum(p.numel() for p in model.parameters()), weight_bytes=(tmp / "model.safetensors").stat().st_size,
-            data_s=data_s, build_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu_start, threads=threads,
-            torch=torch.__version__, loadavg_before=load_before, loadavg_after=_loadavg(), cpus=os.cpu_count(),
-        )  # fmt: skip
-        (tmp / "build.json").write_text(json.dumps(facts, indent=2) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-def _portable_tokenizer_config(path: Path) -> None:
-    """Name the tokenizer class ``PreTrainedTokenizerFast``, which transformers 4.x and 5.x (and so vLLM) know.
-
-    transformers 5 writes its new ``TokenizersBackend`` name, which older installs cannot resolve.
-    """
-    config = json.loads(path.read_text())
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _auto_threads(load: list[float] | None) -> int:

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 from safetensors.torch import load_file
 
+from lrmgym.learners.sft import build_tiny, env_examples
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.hf import HFPolicy
 from lrmgym.policies.tiny import (
@@ -19,9 +20,7 @@ from lrmgym.policies.tiny import (
     TinyArch,
     TinyPolicyConfig,
     TinyTrainConfig,
-    build_tiny,
     build_tokenizer,
-    env_examples,
     tiny_cache_root,
 )
 
@@ -103,6 +102,28 @@ def test_missing_model_without_building_is_a_clear_error(monkeypatch, tmp_path):
         cfg.build()
 
 
+def test_the_composition_root_builds_a_missing_model(monkeypatch, tmp_path):
+    # A policy never trains itself (that reads an env's data); lrmgym.compose builds it once, then it loads.
+    from types import SimpleNamespace
+
+    from lrmgym.compose import build_policy
+    from lrmgym.learners import sft
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = TinyPolicyConfig(**SMALL, seed=3)
+    assert cfg.needs_build()
+    with pytest.raises(FileNotFoundError, match="Build the policy through lrmgym.compose.build_policy"):
+        cfg.build()
+    built = []
+    monkeypatch.setattr(sft, "env_examples", lambda train, count: built.append(count) or _pairs(train, count))
+    policy = build_policy(SimpleNamespace(policy=cfg))
+    assert built == [SMALL["train"]["steps"] * SMALL["train"]["batch_size"]] and not cfg.needs_build()
+    assert isinstance(policy, HFPolicy)
+    build_policy(SimpleNamespace(policy=cfg))  # cached: no second build
+    assert len(built) == 1
+    assert not TinyPolicyConfig(**SMALL, seed=4, build_if_missing=False).needs_build()
+
+
 def test_training_pairs_come_from_the_math_env_train_split():
     pairs = env_examples(TinyTrainConfig(), 20)
     assert all(p.startswith("Q:") and p.endswith("A:") for p, _ in pairs)
@@ -143,7 +164,7 @@ def test_default_build_is_at_the_edge_of_competence(monkeypatch, tmp_path):
 
 
 def test_the_default_model_ships_with_the_package(monkeypatch, tmp_path):
-    from lrmgym.policies import tiny
+    from lrmgym.learners import sft
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     facts = json.loads((SHIPPED_DIR / "build.json").read_text())
@@ -155,7 +176,8 @@ def test_the_default_model_ships_with_the_package(monkeypatch, tmp_path):
     def no_build(*a, **k):
         raise AssertionError("the shipped model must load without a build")
 
-    monkeypatch.setattr(tiny, "build_tiny", no_build)
+    monkeypatch.setattr(sft, "build_tiny", no_build)
+    assert not cfg.needs_build()
     policy = cfg.build()
     assert sum(p.numel() for p in policy.model.parameters()) == facts["params"]
     ((c,),) = policy.generate(["Q:Compute 3+1. A:"], sampling=SamplingParams(temperature=0.0, max_new_tokens=40))

@@ -42,7 +42,8 @@ def _free_port() -> int:
 
 
 def _tiny_folder(tmp_path: Path) -> Path:
-    from lrmgym.policies.tiny import TinyPolicyConfig, build_tiny
+    from lrmgym.learners.sft import build_tiny
+    from lrmgym.policies.tiny import TinyPolicyConfig
 
     default = TinyPolicyConfig()
     if (default.model_dir() / "build.json").is_file():  # the cache entry, or the model shipped with lrmgym
