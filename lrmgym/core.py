@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, SupportsFloat
+from typing import Any, ClassVar, Literal, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium
 import numpy as np
@@ -24,6 +24,7 @@ __all__ = [
     "Component",
     "Completion",
     "Group",
+    "LearnerEnv",
     "Message",
     "Prompt",
     "PromptSpace",
@@ -33,6 +34,8 @@ __all__ = [
     "Turn",
     "Trajectory",
     "Verdict",
+    "feedback_after",
+    "learner_env",
     "task_rng",
 ]
 
@@ -434,8 +437,8 @@ class TextEnv(gymnasium.Env):
         if not verdict.latency_s:
             verdict = verdict.replace(latency_s=time.perf_counter() - start)
         terminated, truncated, obs = True, False, ""
-        if self.max_turns > 1 and verdict.correct is not True:
-            reply = self.feedback(self._task, completion, verdict, self._turn)
+        if self.max_turns > 1:
+            reply = feedback_after(self, self._task, completion, verdict, self._turn)
             if reply is not None:
                 obs = reply
                 terminated = False
@@ -469,3 +472,68 @@ class TextEnv(gymnasium.Env):
             "max_turns": self.max_turns,
             "config": None if self.config is None else self.config.model_dump(mode="json"),
         }
+
+
+# ------------------------------------------------------------------------------------------ the learner contract
+@runtime_checkable
+class LearnerEnv(Protocol):
+    """What a learner, ``lrmgym eval`` and the episode driver (:mod:`lrmgym.episodes`) use of an env.
+
+    :class:`TextEnv` satisfies it, and so does a judge wrapper around one (:func:`learner_env` resolves members
+    a gymnasium wrapper does not forward).
+    """
+
+    max_turns: int
+    """Policy turns per episode (1: single-turn)."""
+
+    def task_at(self, index: int, seed: int | None = None) -> Task:
+        """Task ``index`` of the stream ``seed``."""
+        ...
+
+    def score_group(self, task: Task, completions: Sequence[Completion | str]) -> list[Verdict]:
+        """One verdict per completion of ``task``, in order."""
+        ...
+
+    def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
+        """The next observation after a not-correct turn, or ``None`` to end the episode."""
+        ...
+
+
+class _ResolvedEnv:
+    """An env's learner members taken from it or, where a wrapper does not forward one, from ``env.unwrapped``."""
+
+    def __init__(self, env: Any) -> None:
+        base = getattr(env, "unwrapped", env)
+        self.env = env
+        for name in ("task_at", "score_group", "feedback"):
+            member = getattr(env, name, None) or getattr(base, name, None)
+            if not callable(member):
+                raise TypeError(
+                    f"{type(env).__name__} is not a learner env: it has no {name}() (nor has its unwrapped env "
+                    f"{type(base).__name__}). Subclass lrmgym.TextEnv, or give it task_at, score_group and feedback."
+                )
+            setattr(self, name, member)
+        turns = getattr(env, "max_turns", None)
+        self.max_turns = int((turns if turns is not None else getattr(base, "max_turns", 1)) or 1)
+
+
+def learner_env(env: Any) -> LearnerEnv:
+    """``env`` as a :class:`LearnerEnv` (itself when it is one; else its members resolved through wrappers).
+
+    Raises:
+        TypeError: ``env`` lacks a member, with the member's name and how to add it.
+    """
+    if isinstance(env, LearnerEnv):
+        return env
+    return _ResolvedEnv(env)  # type: ignore[return-value]
+
+
+def feedback_after(env: Any, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
+    """The episode rule every driver applies after a policy turn: the env's feedback, or ``None`` (the end).
+
+    A correct answer ends the episode; otherwise the env's ``feedback`` is the next observation, and ``None``
+    from it ends the episode too. (The caller stops once ``max_turns`` is used up.)
+    """
+    if verdict.correct is True:
+        return None
+    return env.feedback(task, completion, verdict, turn)

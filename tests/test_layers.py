@@ -1,5 +1,5 @@
-"""The import graph points one way: ``cli -> compose -> configs -> learners -> eval -> judges -> (policies,
-envs) -> core``. A module may import its own wing and any wing below it, never one above or beside it (envs
+"""The import graph points one way: ``cli -> compose -> configs -> learners -> eval -> episodes -> judges ->
+(policies, envs) -> core``. A module may import its own wing and any wing below it, never one above or beside it (envs
 and policies never import each other), so a learner receives its world instead of building it.
 """
 
@@ -16,6 +16,7 @@ RANK = {
     "envs": 1, "policies": 1,
     "judges": 2,
     "testing": 2.5,  # the public test kit: mocks and batteries over envs, policies and judges
+    "episodes": 2.7,  # multi-turn episodes of a policy in an env: below eval and learners
     "eval": 3,
     "learners": 4,
     "configs": 5,

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from lrmgym.core import Completion, Task, TextEnv, Verdict, task_rng
+from lrmgym.core import Completion, Task, TextEnv, Verdict, learner_env, task_rng
+from lrmgym.episodes import rollout
 from lrmgym.eval.config import EvalConfig
 from lrmgym.eval.passk import avg_at_n, bootstrap_interval, pass_at_k, wilson_interval
 from lrmgym.policies.base import Policy
@@ -90,13 +91,19 @@ def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None
         ungradeable and truncation rates, throughput, and the config.
     """
     grader, tasks = select_tasks(env, cfg)
+    turns = learner_env(grader).max_turns
     samples: list[dict[str, Any]] = []
     correct: list[int] = []
+    first_correct: list[int] = []
     start = time.perf_counter()
     bar = _progress(len(tasks), progress)
     for b in range(0, len(tasks), cfg.batch_size):
         batch = tasks[b : b + cfg.batch_size]
         seed = int(task_rng(cfg.seed, b, 1).integers(0, 2**31 - 1))  # one sampling seed per batch, reproducible
+        if turns > 1:  # multi-turn: whole episodes (feedback turns included), graded by their final verdict
+            _multi_turn_batch(grader, policy, cfg, batch, b, seed, turns, samples, correct, first_correct)
+            bar.update(len(batch))
+            continue
         groups = policy.generate([t.prompt for t in batch], n=cfg.n, sampling=cfg.sampling(seed))
         if len(groups) != len(batch) or any(len(g) != cfg.n for g in groups):
             raise RuntimeError(
@@ -113,9 +120,30 @@ def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None
         bar.update(len(batch))
     bar.close()
     report = _report(cfg, grader, tasks, samples, correct, time.perf_counter() - start, env_name=_env_name(env))
+    if turns > 1:
+        report["max_turns"] = turns
+        report["first_turn_avg@n"] = avg_at_n(first_correct, cfg.n)
+        report["mean_turns"] = float(np.mean([s["turns"] for s in samples])) if samples else None
     if out_dir is not None:
         _write(Path(out_dir), report, samples)
     return report
+
+
+def _multi_turn_batch(
+    grader: Any, policy: Policy, cfg: EvalConfig, batch: list[Task], start: int, seed: int, turns: int,
+    samples: list[dict[str, Any]], correct: list[int], first_correct: list[int],
+) -> None:  # fmt: skip
+    """Sample and grade whole episodes of ``batch`` (:func:`lrmgym.episodes.rollout`), appending the results."""
+    ro = rollout(grader, policy, batch, cfg.n, cfg.sampling(seed), turns)
+    for index, (task, group, per_turn) in enumerate(zip(batch, ro.groups, ro.turn_verdicts, strict=True), start=start):
+        passed = [_passes(t.verdict, cfg.pass_threshold) for t in group]
+        correct.append(sum(passed))
+        first_correct.append(sum(_passes(v[0], cfg.pass_threshold) for v in per_turn))
+        for j, (traj, ok) in enumerate(zip(group, passed, strict=True)):
+            row = _sample_row(index, task, j, traj.policy_turns[-1].completion, traj.verdict, ok)
+            row["turns"] = len(traj.policy_turns)
+            row["transcript"] = [{"role": turn.role, "text": turn.text} for turn in traj.turns]
+            samples.append(row)
 
 
 def _progress(total: int, enabled: bool) -> Any:
@@ -238,6 +266,9 @@ def print_report(report: dict, console: Any = None) -> None:
         entry = report[name]
         ci = f"{_pct(entry['ci'][0])} - {_pct(entry['ci'][1])}" if entry["total"] else ""
         table.add_row(name.replace("_", " "), _pct(entry["value"]), ci)
+    if "first_turn_avg@n" in report:
+        table.add_row(f"first turn avg@n (of {report['max_turns']})", _pct(report["first_turn_avg@n"]), "")
+        table.add_row("mean turns", f"{report['mean_turns']:.2f}", "")
     table.add_row("mean tokens", "-" if report["mean_tokens"] is None else f"{report['mean_tokens']:.1f}", "")
     table.add_row("wall time", f"{report['wall_s']:.1f} s", "")
     console.print(table)

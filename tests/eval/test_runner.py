@@ -131,3 +131,24 @@ def test_verdict_without_correct_flag_uses_the_threshold():
     assert evaluate(env, ScriptedPolicy(["x"]), EvalConfig(n=1, tasks=2), progress=False)["avg@n"]["value"] == 0.0
     cfg = EvalConfig(n=1, tasks=2, pass_threshold=0.5)
     assert evaluate(env, ScriptedPolicy(["x"]), cfg, progress=False)["avg@n"]["value"] == 1.0
+
+
+def test_multi_turn_envs_are_evaluated_as_whole_episodes(tmp_path):
+    # Echo with 2 turns: half the first answers are wrong; every second try (after the feedback) is right.
+    env = lrmgym.make("Echo-v0", words=2, max_turns=2)
+
+    def policy(prompt, j):
+        target = prompt.rsplit("Repeat exactly: ", 1)[1].split("\n")[0].strip()
+        first_turn = "Wrong" not in prompt
+        return "nope" if first_turn and j % 2 == 0 else target
+
+    cfg = EvalConfig(n=4, k=[1, 4], tasks=5)
+    report = evaluate(env, ScriptedPolicy(policy), cfg, tmp_path, progress=False)
+    assert report["first_turn_avg@n"] == 0.5 and report["avg@n"]["value"] == 1.0
+    assert report["max_turns"] == 2 and report["mean_turns"] == 1.5
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [r["turns"] for r in rows[:4]] == [2, 1, 2, 1]
+    assert [t["role"] for t in rows[0]["transcript"]] == ["policy", "env", "policy"]
+    assert all(r["passed"] for r in rows)
+    print_report(report, Console(file=open(tmp_path / "table.txt", "w")))
+    assert "first turn avg@n (of 2)" in (tmp_path / "table.txt").read_text()
