@@ -43,6 +43,10 @@ class LoopConfig(BaseModel):
     time_budget_s: float | None = Field(None, gt=0.0)
     """Stop after this many seconds of training (summed over resumes), even before `steps`; None: no limit.
     Keeps a run's wall time bounded on a busy machine, at the price of a load-dependent step count."""
+    generation_budget: int | None = Field(None, ge=1)
+    """Stop once this many completions have been sampled for training (the steps' `generations`, summed over
+    resumes), even before `steps`; None: no limit. Compares learners at equal sampling cost (DAPO's dynamic
+    sampling draws more per step than GRPO)."""
     eval_before_after: bool = True
     """Evaluate on the held-out tasks of `eval` before training and after the last step."""
     eval_greedy: bool = True
@@ -115,6 +119,7 @@ class Loop:
         self.checkpoints = Checkpointer(self.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
         self.step = 0
         self.elapsed_s = 0.0
+        self.generations = 0
         self.evals: dict[str, dict] = {}
         algorithm.loop = self
 
@@ -124,6 +129,8 @@ class Loop:
         done = self.step / self.cfg.steps
         if self.cfg.time_budget_s is not None:
             done = max(done, self.elapsed_s / self.cfg.time_budget_s)
+        if self.cfg.generation_budget is not None:
+            done = max(done, self.generations / self.cfg.generation_budget)
         return min(1.0, done)
 
     def expected_steps(self) -> int:
@@ -131,14 +138,23 @@ class Loop:
 
         The time budget's share is estimated from the mean step time so far.
         """
+        expected = self.cfg.steps
+        if self.step == 0:
+            return expected
         budget = self.cfg.time_budget_s
-        if budget is None or self.step == 0 or self.elapsed_s <= 0:
-            return self.cfg.steps
-        left = max(0.0, budget - self.elapsed_s) / (self.elapsed_s / self.step)
-        return min(self.cfg.steps, self.step + math.ceil(left))
+        if budget is not None and self.elapsed_s > 0:
+            left = max(0.0, budget - self.elapsed_s) / (self.elapsed_s / self.step)
+            expected = min(expected, self.step + math.ceil(left))
+        gens = self.cfg.generation_budget
+        if gens is not None and self.generations > 0:
+            left = max(0, gens - self.generations) / (self.generations / self.step)
+            expected = min(expected, self.step + math.ceil(left))
+        return expected
 
     def over_budget(self) -> bool:
-        """Whether the time budget is spent."""
+        """Whether the time budget or the generation budget is spent."""
+        if self.cfg.generation_budget is not None and self.generations >= self.cfg.generation_budget:
+            return True
         return self.cfg.time_budget_s is not None and self.elapsed_s >= self.cfg.time_budget_s
 
     # ------------------------------------------------------------------------------------------ state
@@ -148,6 +164,7 @@ class Loop:
             **self.algorithm.state_dict(),
             "rng": capture_rng(),
             "elapsed_s": self.elapsed_s,
+            "generations": self.generations,
             "evals": self.evals,
         }
         self.checkpoints.save(self.step, state)
@@ -162,6 +179,7 @@ class Loop:
         restore_rng(state["rng"])
         self.step = int(state["step"])
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
+        self.generations = int(state.get("generations", 0))
         self.evals = dict(state.get("evals", {}))
         # Lines written after the checkpoint belong to steps that will run again: drop them.
         self.metrics_log.truncate(self.step)
@@ -192,7 +210,8 @@ class Loop:
         with _Interrupt() as interrupt:
             while self.step < self.cfg.steps:
                 if self.over_budget():
-                    status = "time_budget"
+                    gens = self.cfg.generation_budget
+                    status = "generation_budget" if gens is not None and self.generations >= gens else "time_budget"
                     break
                 metrics = self.train_step()
                 bar.total = self.expected_steps()  # a time budget ends the run before `steps`: say when
@@ -225,6 +244,7 @@ class Loop:
         metrics = {"step": self.step, **out.metrics}
         metrics["time/step_s"] = time.perf_counter() - start
         self.elapsed_s += metrics["time/step_s"]
+        self.generations += int(metrics.get("generations") or 0)
         self.algorithm.end_step()  # after step and elapsed_s have advanced
         self.metrics_log.append(metrics)
         for record in out.samples:
@@ -273,6 +293,7 @@ class Loop:
             "steps": self.step,
             "steps_planned": self.cfg.steps,
             "train_wall_s": self.elapsed_s,
+            "generations": self.generations,
             "evals": self.evals,
             "last10": {
                 k: float(np.mean([m[k] for m in last if m.get(k) is not None]))

@@ -31,6 +31,9 @@ def rollout_metrics(
         tokenized: The same trajectories as tokens.
         zero_variance: ``[B]`` bool, the groups without signal.
         trained: How many trajectories went into the update.
+
+    ``generations`` counts the completions sampled (every policy turn of every trajectory): the step's sampling
+    cost, summed by the loop's ``generation_budget``.
         turns: Policy turns allowed per episode.
         env: The env (its ``pop_metrics()``, when it has one, adds ``judge/*`` keys).
         judge_metrics: The judges' metrics of this rollout when another process graded it (async rollouts);
@@ -50,6 +53,7 @@ def rollout_metrics(
         "zero_variance_groups": int(zero_variance.sum()),
         "ungradeable_frac": 1.0 - len(rewards) / max(len(trajs), 1),
         "trained_frac": trained / max(len(trajs), 1),
+        "generations": len(completions),
         "length/mean": float(np.mean(policy_tokens)) if policy_tokens else 0.0,
         "length/truncated_frac": float(np.mean([c is not None and c.finish_reason == "length" for c in completions])),
         "tokens_per_s": generated / ro.generate_s if ro.generate_s > 0 else 0.0,

@@ -110,3 +110,14 @@ def test_the_gap_sees_a_sampler_that_differs_from_the_trainer(tmp_path):
             p.add_(torch.randn_like(p) * 0.05)
     stats = algo.updater.update(seqs, adv.reshape(-1).tolist(), False, "recompute", sampler_known=True)
     assert stats["train_infer/logp_abs_diff"] > 1e-2 and stats["train_infer/kl"] > 1e-4
+
+
+def test_a_generation_budget_ends_the_run_at_equal_sampling_cost(tmp_path):
+    # 4 tasks x 4 samples = 16 generations a step: a budget of 40 is spent after 3 steps (48 >= 40).
+    cfg = run_config(_learner(steps=50, generation_budget=40, checkpoint_every=2))
+    summary = train(cfg, tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["generations"] for m in lines] == [16, 16, 16]
+    assert summary["status"] == "generation_budget" and summary["generations"] == 48
+    again = train(cfg, tmp_path, resume=True)  # the count survives a resume: no further training
+    assert again["steps"] == 3
