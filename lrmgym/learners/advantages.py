@@ -138,6 +138,8 @@ class _Groups:
 
 def _whiten(x: torch.Tensor, valid: torch.Tensor, eps: float) -> torch.Tensor:
     """``(x - mean) / (std + eps)`` with the mean and unbiased std over the ``valid`` entries of the whole batch."""
+    if x.numel() == 0:  # a batch without groups (a DAPO step whose round cap left none)
+        return torch.zeros_like(x)
     n = valid.sum().double()
     mean = (x * valid).sum() / n.clamp(min=1.0)
     centred = (x - mean) * valid

@@ -185,3 +185,9 @@ def test_gae_shape_error():
     )
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         gae(torch.zeros(2, 3), torch.zeros(2, 5), torch.ones(2, 3), gamma=1.0, lam=1.0)
+
+
+@pytest.mark.parametrize("name", ["reinforce_pp", "reinforce_pp_baseline", "grpo", "dr_grpo", "rloo"])
+def test_a_batch_without_groups_has_no_advantages(name):
+    out = group_advantages(torch.zeros(0, 4), torch.zeros(0, 4, dtype=torch.bool), name)
+    assert out.advantages.shape == (0, 4) and out.zero_variance.shape == (0,)
