@@ -786,8 +786,9 @@ class SandboxPool:
             status = "timeout" if hard_timeout else "killed"
             return ExecResult(status, 0, job.n_tests, error=stderr[-2000:], **common)
         report = _decode_report(out[at + len(_RESULT) :], job)
-        if report is None:
-            return ExecResult("protocol", 0, job.n_tests, error="malformed result record", **common)
+        if report is None:  # cut off by the hard deadline mid-write, or malformed
+            status = "timeout" if hard_timeout else "protocol"
+            return ExecResult(status, 0, job.n_tests, error="incomplete or malformed result record", **common)
         status, error, output, results, outputs = report
         if job.mode == "stdio":
             results = [
