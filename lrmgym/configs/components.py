@@ -13,6 +13,8 @@ COMPONENTS: dict[str, dict[str, str]] = {
     "policy": POLICY_KINDS,
     "learner": {
         "grpo": "lrmgym.learners.grpo:GRPOConfig",
+        "dapo": "lrmgym.learners.dapo:DAPOConfig",
+        "ppo": "lrmgym.learners.ppo:PPOConfig",
     },
     "judge": {
         "accuracy": "lrmgym.judges.rule:AccuracyJudgeConfig",

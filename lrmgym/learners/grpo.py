@@ -18,20 +18,20 @@ transformers causal LM that a :class:`~lrmgym.policies.base.TrainablePolicy` wra
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import Field, model_validator
 
-from lrmgym.learners.advantages import AdvantageName, group_advantages, scores_to_tensors
+from lrmgym.learners.advantages import AdvantageName, GroupAdvantages, group_advantages, scores_to_tensors
 from lrmgym.learners.context import RunContext
 from lrmgym.learners.loop import Algorithm, Loop, StepResult
 from lrmgym.learners.metrics import rollout_metrics, sample_records
-from lrmgym.learners.rollout import env_attr, rollout, tokenize_trajectory
+from lrmgym.learners.rollout import Rollout, env_attr, rollout, tokenize_trajectory
 from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater, check_trainable, derived_seed, usable_cpus
 from lrmgym.policies.base import SamplingParams
 
-__all__ = ["GRPO", "GRPOConfig"]
+__all__ = ["GRPO", "Fit", "GRPOConfig"]
 
 _TRAIN_STREAM, _SAMPLING, _INIT = 0x7472, 0x736D, 0x696E  # tags: "tr", "sm", "in"
 
@@ -101,8 +101,17 @@ class GRPOConfig(PolicyGradientConfig):
         return Loop(ctx, self, GRPO(self))
 
 
+class Fit(NamedTuple):
+    """What :meth:`GRPO.learn` did: the advantages, how many trajectories it trained on, the update's statistics."""
+
+    advantages: GroupAdvantages
+    trained: int
+    stats: dict[str, Any]
+    train_s: float
+
+
 class GRPO(Algorithm):
-    """One GRPO step over the context's env and policy (see the module docstring)."""
+    """One GRPO step (module docstring): :meth:`collect` groups, :meth:`learn` from them (hooks for variants)."""
 
     name = "grpo"
 
@@ -141,12 +150,26 @@ class GRPO(Algorithm):
 
     def train_step(self) -> StepResult:
         """Sample, grade, compute advantages, update."""
-        cfg, step = self.cfg, self.loop.step
         self.updater.model.eval()
-        b, g = cfg.prompts_per_step, cfg.group_size
-        wait_s = None
+        ro, wait_s = self.collect()
+        trajs = [t for group in ro.groups for t in group]  # [B * G], task-major
+        tokenized = [tokenize_trajectory(t, self.policy.tokenizer) for t in trajs]
+        fit = self.learn(trajs, tokenized, *scores_to_tensors([[t.reward for t in group] for group in ro.groups]))
+        judged = self.worker.judge_metrics if self.worker is not None else None  # async: the worker's judges
+        zero = fit.advantages.zero_variance
+        metrics = rollout_metrics(ro, trajs, tokenized, zero, fit.trained, self.turns, self.env, judged)
+        metrics.update(fit.stats)
+        metrics.update({"time/generate_s": ro.generate_s, "time/score_s": ro.score_s, "time/train_s": fit.train_s})
+        if wait_s is not None:  # with async rollouts: how long this step waited for the worker
+            metrics["time/wait_s"] = wait_s
+        return StepResult(metrics, sample_records(ro, fit.advantages.advantages, self.cfg.log_samples))
+
+    def collect(self) -> tuple[Rollout, float | None]:
+        """The step's B groups (the data position moves past them) and, async, the seconds waited for them."""
+        cfg, step, b, g = self.cfg, self.loop.step, self.cfg.prompts_per_step, self.cfg.group_size
         if self.worker is None:
             ro = rollout(self.env, self.policy, self._tasks(self.data_pos), g, self._sampling(step), self.turns)
+            wait_s = None
         else:
             wait_start = time.perf_counter()
             if not self.worker.pending:  # the first step of this process: nothing was started ahead
@@ -157,14 +180,16 @@ class GRPO(Algorithm):
             if step + 1 < cfg.steps:  # the next step's rollout, with the weights before this update
                 nxt = self._tasks(self.data_pos + b)
                 self.worker.submit(self.updater.model, nxt, g, self._sampling(step + 1), self.turns)
-        trajs = [t for group in ro.groups for t in group]  # [B * G], task-major
-        rewards, valid = scores_to_tensors([[t.reward for t in group] for group in ro.groups])
+        self.data_pos += b
+        return ro, wait_s
+
+    def learn(self, trajs: list[Any], tokenized: list[Any], rewards: torch.Tensor, valid: torch.Tensor) -> Fit:
+        """Advantages of ``rewards [B, G]`` over the ``valid`` samples, and the update on ``trajs`` (task-major)."""
+        cfg, step = self.cfg, self.loop.step
         adv = group_advantages(rewards, valid, cfg.adv_estimator)
-        flat_adv = adv.advantages.reshape(-1)  # [B * G]
-        flat_valid = valid.reshape(-1)
+        flat_adv, flat_valid = adv.advantages.reshape(-1), valid.reshape(-1)  # [B * G]
         keep_zero = cfg.kl_coef > 0 or not cfg.drop_zero_advantage
         rows = [i for i in range(len(trajs)) if flat_valid[i] and (keep_zero or flat_adv[i] != 0)]
-        tokenized = [tokenize_trajectory(t, self.policy.tokenizer) for t in trajs]
         train_start = time.perf_counter()
         measure_kl = cfg.track_kl and step % cfg.track_kl_every == 0
         behavior = "sampler" if cfg.async_rollouts else cfg.behavior_logprobs  # async: pi_old is the sampler's
@@ -176,24 +201,17 @@ class GRPO(Algorithm):
             norm_tokens=sum(sum(tokenized[i].policy_mask) for i in gradeable),
             sampler_known=all(c is not None and c.logprobs is not None for c in completions),
         )  # fmt: skip
-        train_s = time.perf_counter() - train_start
         stats["lr"] = self.updater.optimizer.param_groups[0]["lr"]  # the rate this step's update used
-        self.data_pos += b
-        judged = self.worker.judge_metrics if self.worker is not None else None  # async: the worker's judges
-        metrics = rollout_metrics(ro, trajs, tokenized, adv.zero_variance, len(rows), self.turns, self.env, judged)
-        metrics.update(stats)
-        metrics.update({"time/generate_s": ro.generate_s, "time/score_s": ro.score_s, "time/train_s": train_s})
-        if wait_s is not None:  # with async rollouts: how long this step waited for the worker
-            metrics["time/wait_s"] = wait_s
-        return StepResult(metrics, sample_records(ro, adv.advantages, cfg.log_samples))
+        return Fit(adv, len(rows), stats, time.perf_counter() - train_start)
 
     def end_step(self) -> None:
         """Step the learning-rate schedule (once per training step, signal or not)."""
         self.updater.scheduler.step()
 
-    def _tasks(self, position: int) -> list[Any]:
-        """The step's B tasks, from ``position`` in the training stream."""
-        return [self.env.task_at(position + i, seed=self.train_seed) for i in range(self.cfg.prompts_per_step)]
+    def _tasks(self, position: int, count: int | None = None) -> list[Any]:
+        """``count`` tasks (default B) from ``position`` in the training stream."""
+        count = self.cfg.prompts_per_step if count is None else count
+        return [self.env.task_at(position + i, seed=self.train_seed) for i in range(count)]
 
     def _sampling(self, step: int) -> SamplingParams:
         return self.cfg.sampling(derived_seed(self.loop.ctx.seed, _SAMPLING, step))

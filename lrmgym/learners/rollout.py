@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from lrmgym.core import Completion, Prompt, Trajectory
@@ -23,6 +24,7 @@ __all__ = [
     "TokenBatch",
     "TokenizedTrajectory",
     "collate",
+    "collate_advantages",
     "env_attr",
     "extend_prompt",
     "rollout",
@@ -195,3 +197,27 @@ def collate(seqs: Sequence[TokenizedTrajectory], advantages: Sequence[float], pa
         prompt_len=torch.tensor([_prompt_len(s.policy_mask) for s in seqs], dtype=torch.long),
         index=list(range(n)),
     )
+
+
+def collate_advantages(
+    seqs: Sequence[Any], advantages: Sequence[float] | Sequence[Sequence[float]], pad_id: int
+) -> TokenBatch:
+    """:func:`~lrmgym.learners.rollout.collate`, where the advantages may also be given per token.
+
+    One float per trajectory gives ``batch.advantages [N]`` (collate's own). A list per trajectory, as long as its
+    ``ids``, gives ``batch.advantages [N, T - 1]`` aligned to the target tokens like ``loss_mask`` (entry ``t``
+    is the advantage of token ``t + 1``; 0 on padding).
+    """
+    per_token = [np.ndim(a) > 0 for a in advantages]
+    if not any(per_token):
+        return collate(seqs, advantages, pad_id)
+    if not all(per_token) or len(advantages) != len(seqs):
+        raise ValueError("advantages must be one float per trajectory or one list per trajectory, not a mix.")
+    batch = collate(seqs, [0.0] * len(seqs), pad_id)
+    adv = torch.zeros(batch.input_ids.shape, dtype=torch.float32)  # [N, T], laid out like ids
+    for i, (s, a) in enumerate(zip(seqs, advantages, strict=True)):
+        if len(a) != len(s.ids):
+            raise ValueError(f"Per-token advantages of trajectory {i}: {len(a)} values for its {len(s.ids)} tokens.")
+        adv[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
+    batch.advantages = adv[:, 1:]  # aligned to targets: position t predicts token t + 1
+    return batch

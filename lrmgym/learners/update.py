@@ -11,21 +11,29 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from lrmgym.core import task_rng
+from lrmgym.learners.common import adamw, check_trainable, derived_seed, usable_cpus
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
-from lrmgym.learners.rollout import TokenBatch, collate
+from lrmgym.learners.rollout import TokenBatch, collate_advantages
 from lrmgym.learners.shared_prefix import forward_logprobs, prompt_groups
 
-__all__ = ["PolicyGradientConfig", "PolicyUpdater", "adamw", "derived_seed", "usable_cpus"]
+# adamw, check_trainable, derived_seed, usable_cpus and collate_advantages are re-exported for the learners.
+__all__ = [
+    "PolicyGradientConfig",
+    "PolicyUpdater",
+    "adamw",
+    "check_trainable",
+    "collate_advantages",
+    "derived_seed",
+    "usable_cpus",
+]
 
 
 class PolicyGradientConfig(LoopConfig):
@@ -74,52 +82,25 @@ class PolicyGradientConfig(LoopConfig):
     loss_agg: LossAgg = "seq_mean_token_mean"
     """Loss aggregation: seq_mean_token_mean (GRPO), token_mean (DAPO) or seq_mean_token_sum_norm (Dr. GRPO)."""
     kl_coef: float = Field(0.0, ge=0.0, le=100.0)
-    """Weight of the KL penalty to the initial policy (DeepSeekMath 0.04; DAPO, Dr. GRPO and TRL's default: 0)."""
+    """Weight of the KL penalty to the reference policy: the initial one, or the policy at the last reset when
+    ref_refresh_steps is set (DeepSeekMath 0.04; DAPO, Dr. GRPO and TRL's default: 0)."""
     kl_estimator: KLEstimator = "k3"
     """KL estimator: k1, k2 or k3 (GRPO's)."""
     track_kl: bool = True
-    """Log the KL to the initial policy even when kl_coef is 0 (costs one no-grad forward of a frozen copy)."""
+    """Log the KL to the reference policy even when kl_coef is 0 (costs one no-grad forward of a frozen copy)."""
     track_kl_every: int = Field(1, ge=1)
     """With kl_coef 0, measure that KL only on every this many steps (the others log kl_ref null)."""
+    ref_refresh_steps: int | None = Field(None, ge=1)
+    """Every this many steps, reset the reference model to the current policy (Ring-Zero's stage 1: 400), so that
+    the KL measures the drift since the last reset; None keeps the initial policy as the reference."""
     behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
     """Log-probs of the behaviour policy in the ratio: recomputed by the trainer, or the sampler's own."""
 
-
-def adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
-    """AdamW, fused into one kernel where torch has one for these parameters (CPU and CUDA floats).
-
-    On the tiny model a step takes 1.2 ms fused against 7.9 ms for the per-tensor loop.
-    """
-    devices = {p.device.type for p in params}
-    if len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.is_floating_point() for p in params):
-        try:
-            return torch.optim.AdamW(params, fused=True, **kwargs)
-        except (RuntimeError, TypeError, ValueError):  # an older torch or an unsupported dtype
-            pass
-    return torch.optim.AdamW(params, **kwargs)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def derived_seed(seed: int, *tags: int) -> int:
-    """A 31-bit seed that is a pure function of ``(seed, *tags)`` (SeedSequence mixing, no ``seed + k``)."""
-    return int(task_rng(seed, *tags).integers(0, 2**31 - 1))
-
-
-def check_trainable(policy: Any, what: str) -> None:
-    """Raise a clear error unless ``policy`` exposes ``model``, ``tokenizer`` and ``generate``."""
-    for name in ("model", "tokenizer", "generate"):
-        if getattr(policy, name, None) is None:
-            raise TypeError(
-                f"learner={what} needs a trainable policy (with .model, .tokenizer and .generate); the "
-                f"{type(policy).__name__} policy has no .{name}. Use policy=tiny or policy=hf."
-            )
+    @model_validator(mode="after")
+    def _check_ref_refresh(self) -> PolicyGradientConfig:
+        if self.ref_refresh_steps is not None and self.kl_coef == 0 and not self.track_kl:
+            raise ValueError("ref_refresh_steps needs a reference model: set kl_coef > 0 or track_kl=true.")
+        return self
 
 
 class PolicyUpdater:
@@ -144,6 +125,7 @@ class PolicyUpdater:
         self.ref_model = None
         if cfg.kl_coef > 0 or cfg.track_kl:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.ref_step = 0  # the training steps done when the reference was last reset to the policy (0: initial)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("The policy's model has no trainable parameters (all requires_grad=False).")
@@ -168,18 +150,36 @@ class PolicyUpdater:
         return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer and schedule state."""
-        return {
+        """Model, optimizer and schedule state; and the reference's weights once a reset replaced the initial ones."""
+        state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
+        if self.ref_step > 0 and self.ref_model is not None:
+            state.update(ref_step=self.ref_step, ref_model=self.ref_model.state_dict())
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self.ref_step = int(state.get("ref_step", 0))
+        if "ref_model" in state and self.ref_model is not None:
+            self.ref_model.load_state_dict(state["ref_model"])
+
+    def refresh_ref(self) -> None:
+        """Reset the reference to the policy when ``ref_refresh_steps`` says so (:meth:`update` calls this first).
+
+        Due at the start of each step whose count of steps done (the schedule's) is a multiple of it: that step's
+        KL is 0. A step without an update moves no weights, so a reset left to the next update copies the same
+        policy. A resumed run rebuilds the initial reference as before; a reset one is in the checkpoint.
+        """
+        due = self.scheduler.last_epoch // self.cfg.ref_refresh_steps * self.cfg.ref_refresh_steps
+        if self.ref_model is not None and due > self.ref_step:
+            self.ref_model.load_state_dict(self.model.state_dict())
+            self.ref_step = due
 
     # ------------------------------------------------------------------------------------------ forwards
     def forward_logprobs(
@@ -242,7 +242,7 @@ class PolicyUpdater:
     def update(
         self,
         seqs: Sequence[Any],
-        advantages: Sequence[float],
+        advantages: Sequence[float] | Sequence[Sequence[float]],
         measure_kl: bool,
         behavior: str,
         *,
@@ -254,7 +254,8 @@ class PolicyUpdater:
 
         Args:
             seqs: Tokenized trajectories (:class:`~lrmgym.learners.rollout.TokenizedTrajectory`).
-            advantages: One advantage per trajectory.
+            advantages: One advantage per trajectory, or one per token of each trajectory (a list as long as its
+                ``ids``, aligned with its ``policy_mask``; only the policy's tokens are read), as PPO's GAE gives.
             measure_kl: Compute the KL to the reference model this step (always when ``kl_coef > 0``).
             behavior: Where pi_old comes from: ``"recompute"`` (the trainer) or ``"sampler"`` (its log-probs).
             norm_seqs: The trajectories the loss's normaliser counts (GRPO's 1/G counts every gradeable
@@ -269,10 +270,12 @@ class PolicyUpdater:
         }  # fmt: skip
         if sampler_known:
             empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
+        if self.cfg.ref_refresh_steps:
+            self.refresh_ref()  # before anything reads the reference, also on a step with nothing to train
         if not seqs:
             return empty
         cfg = self.cfg
-        batch = collate(seqs, advantages, self.pad_id)
+        batch = collate_advantages(seqs, advantages, self.pad_id)
         n = len(batch)
         loss_mask = batch.loss_mask.to(self.device)
         # The share of the normaliser's samples (or tokens) that are here: each minibatch's mean is scaled by it.
@@ -312,8 +315,9 @@ class PolicyUpdater:
                     t = mask.shape[1]
                     logp, entropy = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
                     old = logp.detach() if reuse_old else old_all[micro, :t]
+                    adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(
-                        logp, old, sub.advantages.to(self.device), mask, kind=cfg.pg_loss,
+                        logp, old, adv.to(self.device), mask, kind=cfg.pg_loss,
                         clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                     )  # fmt: skip
                     loss = aggregate(out.loss, mask, cfg.loss_agg, norm_len=norm_len)
