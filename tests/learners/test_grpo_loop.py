@@ -121,12 +121,17 @@ def test_micro_batches_accumulate_to_the_same_update(tmp_path, agg, split):
 
 
 def test_several_epochs_and_minibatches_recompute_old_logprobs(tmp_path):
-    trainer = _trainer(tmp_path, epochs=2, minibatches=3, lr=1e-2)
+    trainer = _trainer(tmp_path / "many", epochs=2, minibatches=3, lr=1e-2)
     seqs, adv = _rollout_tokens(trainer)
     stats = trainer.updater.update(seqs, adv, True, "recompute")
-    # after the first of 6 optimizer steps the policy has moved, so some ratio differs from 1
+    # after the first of 6 optimizer steps the policy has moved, so some ratio differs from 1 and some (not
+    # all) tokens leave the clip range
     assert stats["ratio_max"] > 1.0
-    assert stats["loss"] is not None and stats["clip_frac"] >= 0.0
+    assert stats["loss"] is not None and 0.0 < stats["clip_frac"] < 1.0, stats["clip_frac"]
+    # One epoch of one minibatch: pi_old is the forward's own detached log-probs, the ratio exactly 1, no clip.
+    once = _trainer(tmp_path / "once", epochs=1, minibatches=1, lr=1e-2)
+    stats = once.updater.update(seqs, adv, True, "recompute")
+    assert stats["ratio_max"] == 1.0 and stats["clip_frac"] == 0.0
 
 
 def test_multi_turn_run_on_tiny_model(tmp_path):

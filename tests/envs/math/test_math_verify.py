@@ -62,10 +62,11 @@ def _wait_gone(pids, within: float = 5.0) -> bool:
     ],
 )
 def test_fast_path(pred, gold, reason, pool):
+    before = pool.stats["checks"]
     v = verify_answer(pred, gold, pool=pool, use_cache=False)
     assert v.reason == reason
     assert v.correct is reason.startswith("correct") and v.score == float(v.correct)
-    assert pool.stats["checks"] == pool.stats["checks"]  # fast path never needs a worker; see next test
+    assert pool.stats["checks"] == before  # the fast path never asks a worker
 
 
 def test_fast_path_does_not_touch_workers(pool):
@@ -155,12 +156,30 @@ def test_bad_timeout_is_a_clear_error():
 
 # ------------------------------------------------------------------------------------------------ cache
 def test_cache_hits_are_marked_and_timeouts_are_not_cached(pool):
+    # Observed through the pool's worker-check counter: a miss asks a worker once, a hit asks none.
     mv.clear_cache()
+    checks = pool.stats["checks"]
     first = verify_answer("\\sqrt{4}", "2", pool=pool)
+    assert pool.stats["checks"] == checks + 1 and len(mv._CACHE) == 1
     second = verify_answer("\\sqrt{4}", "2", pool=pool)
-    assert first.correct and second.correct
+    assert pool.stats["checks"] == checks + 1  # the hit needed no worker
     assert (first.components[0].cached, second.components[0].cached) == (False, True)
-    assert mv._CACHE.get(mv._cache_key("\\sqrt{4}", "2")) == (True, (1.0, True, "correct"))  # (hit, stored outcome)
+    assert (first.score, first.correct, first.reason) == (second.score, second.correct, second.reason)
+    assert (second.score, second.correct, second.reason) == (1.0, True, "correct")
+    # A pair that differs in one part (the gold, the answer, or the two swapped) misses and gets its own verdict.
+    for pred, gold, correct in [("\\sqrt{4}", "3", False), ("\\sqrt{9}", "2", False), ("2", "\\sqrt{4}", True)]:
+        checks = pool.stats["checks"]
+        v = verify_answer(pred, gold, pool=pool)
+        assert not v.components[0].cached and v.correct is correct, (pred, gold, v.reason)
+        assert pool.stats["checks"] == checks + 1, (pred, gold)
+    # A timeout is not cached: the same pair asks a worker again.
+    hostile = "\\int_{0}^{1} e^{x^{2}} \\sin(x^{3}) dx"
+    for _ in range(2):
+        checks = pool.stats["checks"]
+        v = verify_answer(hostile, "1", timeout_s=0.5, pool=pool)
+        assert not v.components[0].cached and v.score == 0.0
+        assert pool.stats["checks"] == checks + 1
+    assert len(mv._CACHE) == 4
 
 
 # ------------------------------------------------------------------------------------------------ hostile input
