@@ -58,12 +58,12 @@ def _smoothed_accuracy(lines: list[dict], window: int = 20) -> list[float]:
     return [float(np.nanmean(acc[max(0, i - window + 1) : i + 1])) for i in range(len(acc))]
 
 
-def to_reach(lines: list[dict], target: float) -> tuple[int | None, int | None]:
+def to_reach(lines: list[dict], target: float, window: int = 20) -> tuple[int | None, int | None]:
     """Steps and completions until the smoothed training accuracy first reaches ``target`` (None: never)."""
     done = 0
     for i, (m, acc) in enumerate(zip(lines, _smoothed_accuracy(lines), strict=True)):
         done += int(m.get("generations") or 0)
-        if acc >= target:
+        if i >= window - 1 and acc >= target:  # a full window: one lucky early step does not count
             return i + 1, done
     return None, None
 
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=500)
     parser.add_argument("--runs", type=Path, default=Path("runs/learner_variants"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "learner_variants.md")
+    parser.add_argument("--from-runs", action="store_true", help="Only rebuild the report from --runs.")
     args = parser.parse_args()
     presets = [p for p in args.presets.split(",") if p]
     unknown = [p for p in presets if p not in PRESETS]
@@ -155,8 +156,18 @@ def main() -> None:
         presets = ["grpo", *[p for p in presets if p != "grpo"]]
     load = tuple(round(x, 2) for x in os.getloadavg())
     results = []
+    walls = {}  # --from-runs: the wall times the runs' own report recorded
+    if args.from_runs and args.out.with_suffix(".json").is_file():
+        walls = {(r["preset"], r["seed"]): r["wall_s"] for r in json.loads(args.out.with_suffix(".json").read_text())}
     for seed in [int(s) for s in args.seeds.split(",")]:
         for preset in presets:
+            if args.from_runs:  # rebuild the report from runs made before (same arguments)
+                folder = args.runs / f"{preset}-s{seed}"
+                summary = json.loads((folder / "summary.json").read_text())
+                lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+                wall = walls.get((preset, seed), float("nan"))
+                results.append({"preset": preset, "seed": seed, "wall_s": wall, "summary": summary, "metrics": lines})
+                continue
             r = run_one(preset, seed, args.generations, args.eval_tasks, args.runs)
             after = r["summary"]["evals"]["after"]["sampled"]["accuracy"]
             print(f"{preset:13} seed {seed}: {r['summary']['steps']} steps, T=1 after {100 * after:.1f} %, "
