@@ -24,10 +24,11 @@ import torch
 from pydantic import Field, model_validator
 
 from lrmgym.learners.advantages import AdvantageName, GroupAdvantages, group_advantages, scores_to_tensors
+from lrmgym.learners.common import sample_groups
 from lrmgym.learners.context import RunContext
 from lrmgym.learners.loop import Algorithm, Loop, StepResult
 from lrmgym.learners.metrics import rollout_metrics, sample_records
-from lrmgym.learners.rollout import Rollout, env_attr, rollout, tokenize_trajectory
+from lrmgym.learners.rollout import Rollout, env_attr, tokenize_trajectory
 from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater, check_trainable, derived_seed, usable_cpus
 from lrmgym.policies.base import SamplingParams
 
@@ -166,21 +167,8 @@ class GRPO(Algorithm):
 
     def collect(self) -> tuple[Rollout, float | None]:
         """The step's B groups (the data position moves past them) and, async, the seconds waited for them."""
-        cfg, step, b, g = self.cfg, self.loop.step, self.cfg.prompts_per_step, self.cfg.group_size
-        if self.worker is None:
-            ro = rollout(self.env, self.policy, self._tasks(self.data_pos), g, self._sampling(step), self.turns)
-            wait_s = None
-        else:
-            wait_start = time.perf_counter()
-            if not self.worker.pending:  # the first step of this process: nothing was started ahead
-                tasks, weights, self._resume_weights = self._tasks(self.data_pos), self._resume_weights, None
-                self.worker.submit(self.updater.model, tasks, g, self._sampling(step), self.turns, state=weights)
-            ro = self.worker.result()
-            wait_s = time.perf_counter() - wait_start
-            if step + 1 < cfg.steps:  # the next step's rollout, with the weights before this update
-                nxt = self._tasks(self.data_pos + b)
-                self.worker.submit(self.updater.model, nxt, g, self._sampling(step + 1), self.turns)
-        self.data_pos += b
+        ro, wait_s = sample_groups(self, self.loop.step)
+        self.data_pos += self.cfg.prompts_per_step
         return ro, wait_s
 
     def learn(self, trajs: list[Any], tokenized: list[Any], rewards: torch.Tensor, valid: torch.Tensor) -> Fit:

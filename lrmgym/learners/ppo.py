@@ -29,11 +29,12 @@ import torch
 from pydantic import Field, model_validator
 
 from lrmgym.learners.advantages import gae, group_advantages, scores_to_tensors
+from lrmgym.learners.common import sample_groups
 from lrmgym.learners.context import RunContext
 from lrmgym.learners.critic import Critic, CriticKind
 from lrmgym.learners.loop import Algorithm, Loop, StepResult
 from lrmgym.learners.metrics import rollout_metrics, sample_records
-from lrmgym.learners.rollout import collate, env_attr, rollout, tokenize_trajectory
+from lrmgym.learners.rollout import collate, env_attr, tokenize_trajectory
 from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater, check_trainable, derived_seed, usable_cpus
 from lrmgym.policies.base import SamplingParams
 
@@ -246,19 +247,7 @@ class PPO(Algorithm):
 
     def _rollout(self, step: int) -> tuple[Any, float | None]:
         """This step's rollout (and, async, how long it was waited for; the next one is handed to the worker)."""
-        cfg, g = self.cfg, self.cfg.group_size
-        if self.worker is None:
-            return rollout(self.env, self.policy, self._tasks(self.data_pos), g, self._sampling(step), self.turns), None
-        start = time.perf_counter()
-        if not self.worker.pending:  # the first step of this process: nothing was started ahead
-            tasks, weights, self._resume_weights = self._tasks(self.data_pos), self._resume_weights, None
-            self.worker.submit(self.updater.model, tasks, g, self._sampling(step), self.turns, state=weights)
-        ro = self.worker.result()
-        wait_s = time.perf_counter() - start
-        if step + 1 < cfg.steps:  # the next step's rollout, with the weights before this update
-            nxt = self._tasks(self.data_pos + cfg.prompts_per_step)
-            self.worker.submit(self.updater.model, nxt, g, self._sampling(step + 1), self.turns)
-        return ro, wait_s
+        return sample_groups(self, step)
 
     def _advantages(
         self, seqs: list[Any], outcome: torch.Tensor, behavior: str
