@@ -47,9 +47,19 @@ def run_one(preset: str, seed: int, generations: int, eval_tasks: int, runs: Pat
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    folder = runs / name
+    (runs / name / WALL_FILE).write_text(json.dumps({"wall_s": wall}))
+    return load_run(preset, seed, runs)
+
+
+WALL_FILE = "benchmark_wall.json"  # the wall time of the run's process, kept beside it so a report can be rebuilt
+
+
+def load_run(preset: str, seed: int, runs: Path) -> dict:
+    """A finished run's summary, metrics lines and wall time, read from its folder."""
+    folder = runs / f"{preset}-s{seed}"
     summary = json.loads((folder / "summary.json").read_text())
     lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    wall = json.loads((folder / WALL_FILE).read_text())["wall_s"] if (folder / WALL_FILE).is_file() else float("nan")
     return {"preset": preset, "seed": seed, "wall_s": wall, "summary": summary, "metrics": lines}
 
 
@@ -147,6 +157,9 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/learner_variants"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "learner_variants.md")
     parser.add_argument("--from-runs", action="store_true", help="Only rebuild the report from --runs.")
+    parser.add_argument(
+        "--resume", action="store_true", help="Keep the runs already finished in --runs and make only the missing ones."
+    )
     args = parser.parse_args()
     presets = [p for p in args.presets.split(",") if p]
     unknown = [p for p in presets if p not in PRESETS]
@@ -156,28 +169,27 @@ def main() -> None:
         presets = ["grpo", *[p for p in presets if p != "grpo"]]
     load = tuple(round(x, 2) for x in os.getloadavg())
     results = []
-    walls = {}  # --from-runs: the wall times the runs' own report recorded
-    if args.from_runs and args.out.with_suffix(".json").is_file():
-        walls = {(r["preset"], r["seed"]): r["wall_s"] for r in json.loads(args.out.with_suffix(".json").read_text())}
     for seed in [int(s) for s in args.seeds.split(",")]:
         for preset in presets:
-            if args.from_runs:  # rebuild the report from runs made before (same arguments)
-                folder = args.runs / f"{preset}-s{seed}"
-                summary = json.loads((folder / "summary.json").read_text())
-                lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
-                wall = walls.get((preset, seed), float("nan"))
-                results.append({"preset": preset, "seed": seed, "wall_s": wall, "summary": summary, "metrics": lines})
+            finished = (args.runs / f"{preset}-s{seed}" / "summary.json").is_file()
+            if args.from_runs or (args.resume and finished):  # runs made before, with the same arguments
+                results.append(load_run(preset, seed, args.runs))
                 continue
             r = run_one(preset, seed, args.generations, args.eval_tasks, args.runs)
             after = r["summary"]["evals"]["after"]["sampled"]["accuracy"]
             print(f"{preset:13} seed {seed}: {r['summary']['steps']} steps, T=1 after {100 * after:.1f} %, "
                   f"{r['wall_s']:.0f} s", flush=True)  # fmt: skip
             results.append(r)
+            write_report(results, args, load)  # after every run: a long benchmark stopped early keeps its tables
+    print(write_report(results, args, load))
+
+
+def write_report(results: list[dict], args: argparse.Namespace, load: tuple) -> str:
     text = report(results, args.generations, args.eval_tasks, load)
     args.out.write_text(text, encoding="utf-8")
     json_out = args.out.with_suffix(".json")
     json_out.write_text(json.dumps([{k: v for k, v in r.items() if k != "metrics"} for r in results], indent=1))
-    print(text)
+    return text
 
 
 if __name__ == "__main__":
