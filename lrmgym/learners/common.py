@@ -1,17 +1,15 @@
-"""Helpers every native learner shares: optimizer, seeds, CPUs, the policy check, the step's rollout."""
+"""Helpers every native learner shares: optimizer, seeds, CPUs, the policy check."""
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import torch
 
 from lrmgym.core import task_rng
-from lrmgym.episodes import Rollout, rollout
 
-__all__ = ["adamw", "check_trainable", "derived_seed", "sample_groups", "usable_cpus"]
+__all__ = ["adamw", "check_trainable", "derived_seed", "usable_cpus"]
 
 
 def adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
@@ -49,27 +47,3 @@ def check_trainable(policy: Any, what: str) -> None:
                 f"learner={what} needs a trainable policy (with .model, .tokenizer and .generate); the "
                 f"{type(policy).__name__} policy has no .{name}. Use policy=tiny or policy=hf."
             )
-
-
-def sample_groups(algo: Any, step: int) -> tuple[Rollout, float | None]:
-    """Step ``step``'s B groups from ``algo.data_pos``, and (async) the seconds waited for them.
-
-    Sampled here, or collected from the async worker, which is then handed the next step's tasks with the
-    weights before this step's update.
-
-    Shared by the learners that sample B tasks x G per step (GRPO, PPO): ``algo`` has ``cfg``, ``env``,
-    ``policy``, ``turns``, ``worker``, ``updater``, ``data_pos``, ``_tasks``, ``_sampling`` and ``_resume_weights``.
-    """
-    cfg, g = algo.cfg, algo.cfg.group_size
-    if algo.worker is None:
-        return rollout(algo.env, algo.policy, algo._tasks(algo.data_pos), g, algo._sampling(step), algo.turns), None
-    start = time.perf_counter()
-    if not algo.worker.pending:  # the first step of this process: nothing was started ahead
-        tasks, weights, algo._resume_weights = algo._tasks(algo.data_pos), algo._resume_weights, None
-        algo.worker.submit(algo.updater.model, tasks, g, algo._sampling(step), algo.turns, state=weights)
-    ro = algo.worker.result()
-    wait_s = time.perf_counter() - start
-    if step + 1 < cfg.steps:  # the next step's rollout, with the weights before this update
-        nxt = algo._tasks(algo.data_pos + cfg.prompts_per_step)
-        algo.worker.submit(algo.updater.model, nxt, g, algo._sampling(step + 1), algo.turns)
-    return ro, wait_s

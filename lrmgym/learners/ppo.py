@@ -26,25 +26,20 @@ import time
 from typing import Any, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from lrmgym.learners.advantages import gae, group_advantages, scores_to_tensors
-from lrmgym.learners.common import sample_groups
 from lrmgym.learners.context import RunContext
 from lrmgym.learners.critic import Critic, CriticKind
-from lrmgym.learners.loop import Algorithm, Loop, StepResult
+from lrmgym.learners.loop import Loop, StepResult
 from lrmgym.learners.metrics import rollout_metrics, sample_records
-from lrmgym.learners.rollout import collate, env_attr, tokenize_trajectory
-from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater, check_trainable, derived_seed, usable_cpus
-from lrmgym.policies.base import SamplingParams
+from lrmgym.learners.onpolicy import OnPolicy, RolloutConfig
+from lrmgym.learners.rollout import collate, tokenize_trajectory
 
 __all__ = ["PPO", "PPOConfig", "explained_variance", "token_rewards", "whiten"]
 
-# The same stream tags as GRPO's: for one seed, the two learners draw from the same task stream and sampling seeds.
-_TRAIN_STREAM, _SAMPLING, _INIT = 0x7472, 0x736D, 0x696E
 
-
-class PPOConfig(PolicyGradientConfig):
+class PPOConfig(RolloutConfig):
     """Options of the native PPO learner (a critic instead of groups). Defaults: the tiny model's (as its preset)."""
 
     kind: Literal["ppo"] = "ppo"
@@ -53,19 +48,6 @@ class PPOConfig(PolicyGradientConfig):
     """Tasks per step (B)."""
     group_size: int = Field(2, ge=1, le=4096)
     """Samples per task. The critic is the baseline, so 1 is plain PPO; more share one batched generate call."""
-    max_new_tokens: int = Field(48, ge=1, le=1_000_000)
-    """Token budget per policy turn."""
-    temperature: float = Field(1.0, gt=0.0, le=10.0)
-    """Sampling temperature of rollouts."""
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    """Nucleus sampling threshold of rollouts (1 keeps the sampler and the trained policy the same)."""
-    stop: list[str] = Field(default_factory=list)
-    """Stop strings of rollouts."""
-    max_turns: int | None = Field(None, ge=1, le=100)
-    """Policy turns per episode; None uses the env's own max_turns (1 for single-turn envs)."""
-    async_rollouts: bool = False
-    """Sample the next step's rollouts in a second process while this step trains (one step of policy lag; the
-    ratio then uses the sampler's log-probs), as GRPO's option. See lrmgym/learners/async_rollout.py."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     """Discount per policy token (1: the outcome reaches every token undiscounted; verl's and OpenRLHF's default)."""
     lam: float = Field(1.0, ge=0.0, le=1.0)
@@ -93,32 +75,6 @@ class PPOConfig(PolicyGradientConfig):
     term of the policy update (GRPO's); 0 disables it."""
     whiten_advantages: bool = True
     """Whiten the advantages over the batch's policy tokens ((A - mean) / std), as PPO implementations do."""
-
-    @model_validator(mode="after")
-    def _check(self) -> PPOConfig:
-        if self.minibatches > self.prompts_per_step * self.group_size:
-            raise ValueError(
-                f"minibatches={self.minibatches} exceeds the trajectories per step "
-                f"(prompts_per_step x group_size = {self.prompts_per_step * self.group_size}); lower minibatches."
-            )
-        if (self.async_rollouts or self.behavior_logprobs == "sampler") and (self.temperature != 1 or self.top_p < 1):
-            raise ValueError(
-                "async_rollouts=true and behavior_logprobs='sampler' take the sampler's log-probs as the behaviour "
-                f"policy, which needs temperature=1 and top_p=1 (got temperature={self.temperature:g}, "
-                f"top_p={self.top_p:g})."
-            )
-        return self
-
-    def sampling(self, seed: int | None) -> SamplingParams:
-        """The rollout sampling parameters."""
-        return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-            stop=tuple(self.stop), seed=seed,
-        )  # fmt: skip
-
-    def seed_torch(self, seed: int) -> None:
-        """Seed torch for the run (before the policy is built: a fresh model's initialisation draws from it)."""
-        torch.manual_seed(derived_seed(seed, _INIT))
 
     def build(self, ctx: RunContext) -> Loop:
         """The run loop of this learner over ``ctx``; ``.run(resume=...)`` trains."""
@@ -163,29 +119,20 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 # ---------------------------------------------------------------------------------------------- the learner
-class PPO(Algorithm):
+class PPO(OnPolicy):
     """One PPO step over the context's env and policy (see the module docstring)."""
 
     name = "ppo"
+    cfg: PPOConfig
 
     def __init__(self, cfg: PPOConfig) -> None:
-        self.cfg = cfg
-        self.data_pos = 0
-        self.worker: Any = None
-        self._resume_weights: bytes | None = None  # async: the weights of the rollout pending at the checkpoint
+        super().__init__(cfg)
         self._own_ref: torch.nn.Module | None = None
 
     def setup(self) -> None:
-        """Check the policy, build the updater and the critic, start the rollout worker (async) or not."""
-        ctx, cfg = self.loop.ctx, self.cfg
-        if cfg.torch_threads is not None:  # after the policy's build, which may set its own (see GRPO.setup)
-            torch.set_num_threads(cfg.torch_threads)
-        check_trainable(ctx.policy, self.name)
-        self.env, self.policy = ctx.env, ctx.policy
-        self.turns = int(cfg.max_turns or env_attr(self.env, "max_turns", 1) or 1)
-        self.updater = PolicyUpdater(
-            cfg, self.policy, self.loop.progress, cfg.max_new_tokens * self.turns, temperature=cfg.temperature
-        )
+        """The on-policy setup (updater, rollout worker), then the critic and, for the KL reward, a reference."""
+        super().setup()
+        cfg = self.cfg
         self.critic = Critic(
             cfg.critic, self.updater.model, lr=cfg.critic_lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
             max_grad_norm=cfg.max_grad_norm, micro_batches=self.updater.micro_batches,
@@ -193,20 +140,12 @@ class PPO(Algorithm):
         if cfg.kl_reward_coef > 0 and self.updater.ref_model is None:
             self._own_ref = copy.deepcopy(self.updater.model).eval().requires_grad_(False)
         self.critic_epochs = cfg.critic_epochs or cfg.epochs
-        self.train_seed = derived_seed(ctx.seed, _TRAIN_STREAM)
-        if cfg.async_rollouts and usable_cpus() < 2:
-            print("learner.async_rollouts: only one usable CPU; running synchronously.", flush=True)
-            self.cfg = cfg = cfg.model_copy(update={"async_rollouts": False})
-        if cfg.async_rollouts:
-            from lrmgym.learners.async_rollout import RolloutWorker
-
-            self.worker = RolloutWorker.for_context(ctx, threads=cfg.torch_threads)
 
     def train_step(self) -> StepResult:
         """Sample, grade, value, GAE, update the critic and (after the warm-up) the policy."""
         cfg, step = self.cfg, self.loop.step
         self.updater.model.eval()
-        ro, wait_s = self._rollout(step)
+        ro, wait_s = self.collect()
         trajs = [t for group in ro.groups for t in group]  # [B * G], task-major
         tokenized = [tokenize_trajectory(t, self.policy.tokenizer) for t in trajs]
         rows = [i for i, t in enumerate(trajs) if t.reward is not None and any(tokenized[i].policy_mask)]
@@ -234,20 +173,15 @@ class PPO(Algorithm):
         )  # fmt: skip
         train_s = time.perf_counter() - train_start
         stats["lr"] = self.updater.optimizer.param_groups[0]["lr"]
-        self.data_pos += cfg.prompts_per_step
         rewards_bg, valid = scores_to_tensors([[t.reward for t in group] for group in ro.groups])
         zero_variance = group_advantages(rewards_bg, valid).zero_variance  # logged beside GRPO's; PPO needs none
-        judged = self.worker.judge_metrics if self.worker is not None else None
+        judged = self.judge_metrics()
         metrics = rollout_metrics(ro, trajs, tokenized, zero_variance, len(trained), self.turns, self.env, judged)
         metrics.update(stats)
         metrics.update({"time/generate_s": ro.generate_s, "time/score_s": ro.score_s, "time/train_s": train_s})
         if wait_s is not None:
             metrics["time/wait_s"] = wait_s
         return StepResult(metrics, sample_records(ro, traj_adv.reshape(valid.shape), cfg.log_samples))
-
-    def _rollout(self, step: int) -> tuple[Any, float | None]:
-        """This step's rollout (and, async, how long it was waited for; the next one is handed to the worker)."""
-        return sample_groups(self, step)
 
     def _advantages(
         self, seqs: list[Any], outcome: torch.Tensor, behavior: str
@@ -304,37 +238,16 @@ class PPO(Algorithm):
         if self.loop.step > self.cfg.critic_warmup_steps:
             self.updater.scheduler.step()
 
-    def _tasks(self, position: int) -> list[Any]:
-        return [self.env.task_at(position + i, seed=self.train_seed) for i in range(self.cfg.prompts_per_step)]
-
-    def _sampling(self, step: int) -> SamplingParams:
-        return self.cfg.sampling(derived_seed(self.loop.ctx.seed, _SAMPLING, step))
-
     def state_dict(self) -> dict[str, Any]:
-        """The updater's and the critic's state, the stream position and (async) the pending rollout's weights."""
-        state = {**self.updater.state_dict(), "critic": self.critic.state_dict(), "data_pos": self.data_pos}
-        if self.worker is not None and self.worker.pending:
-            state["async_pending_weights"] = self.worker.pending_state
-        return state
+        """The on-policy state (updater, stream position, pending async weights) and the critic's."""
+        return {**super().state_dict(), "critic": self.critic.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self.updater.load_state_dict(state)
+        super().load_state_dict(state)
         self.critic.load_state_dict(state["critic"])
-        self.data_pos = int(state["data_pos"])
-        self._resume_weights = state.get("async_pending_weights")
 
     def postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
-        """Reward, accuracy, explained variance and tokens/s for the progress bar."""
-        reward, acc, ev = metrics["reward/mean"], metrics["accuracy"], metrics.get("value/explained_variance")
-        return {
-            "reward": f"{reward:.3f}" if reward is not None else "-",
-            "acc": f"{acc:.2f}" if acc is not None else "-",
-            "ev": f"{ev:.2f}" if ev is not None else "-",
-            "tok_s": f"{metrics['tokens_per_s']:.0f}",
-        }
-
-    def close(self) -> None:
-        """Stop the rollout worker."""
-        if self.worker is not None:
-            self.worker.close()
+        """The on-policy progress bar, with the critic's explained variance."""
+        ev = metrics.get("value/explained_variance")
+        return {**super().postfix(metrics), "ev": f"{ev:.2f}" if ev is not None else "-"}

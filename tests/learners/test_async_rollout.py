@@ -115,9 +115,9 @@ def test_sampler_logprobs_as_behaviour_policy_need_the_untempered_distribution()
 
 
 def test_one_cpu_runs_synchronously(tmp_path, monkeypatch, capsys):
-    from lrmgym.learners import grpo
+    from lrmgym.learners import onpolicy
 
-    monkeypatch.setattr(grpo, "usable_cpus", lambda: 1)
+    monkeypatch.setattr(onpolicy, "usable_cpus", lambda: 1)
     cfg = run_config(_learner(async_rollouts=True, steps=1))
     loop = make_loop(cfg, tmp_path)
     loop.run()

@@ -10,7 +10,7 @@ import torch
 from learner_helpers import make_loop, register_test_env, run_config
 
 import lrmgym.compose as compose
-import lrmgym.learners.common as common_module
+import lrmgym.learners.onpolicy as onpolicy_module
 from lrmgym.compose import train
 from lrmgym.configs.resolve import ConfigError, resolve
 from lrmgym.core import Verdict
@@ -175,7 +175,7 @@ def _close(a, b) -> bool:
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
 def test_overlong_filtered_trajectories_carry_no_gradient(tmp_path, monkeypatch, agg):
     captured = {}
-    real = common_module.rollout  # the step's rollout is sampled through learners.common.sample_groups
+    real = onpolicy_module.rollout  # the step's rollout is sampled through learners.onpolicy.OnPolicy.collect
 
     scores = [[0.1, 0.9, 0.4, 0.6], [0.3, 0.2, 0.8, 0.5], [0.7, 0.0, 1.0, 0.35]]
     cut = 1  # task 0's sample 1 is cut off: 0.9, far from its group's other rewards (mean 0.37)
@@ -189,7 +189,7 @@ def test_overlong_filtered_trajectories_carry_no_gradient(tmp_path, monkeypatch,
         captured["ro"] = ro
         return ro
 
-    monkeypatch.setattr(common_module, "rollout", one_cut_off)
+    monkeypatch.setattr(onpolicy_module, "rollout", one_cut_off)
     kw = dict(steps=1, prompts_per_step=3, loss_agg=agg, max_grad_norm=None)
 
     def grads_of_a_step(name, **extra):
