@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_context", "build_env", "build_policy", "train"]
+__all__ = ["build_context", "build_env", "build_policy", "prepare", "train"]
 
 
 def build_env(config: Any) -> Any:
@@ -50,11 +50,15 @@ def build_context(config: Any, run_dir: Path | str) -> Any:
     )
 
 
-def train(config: Any, run_dir: Path | str, resume: bool = False) -> dict[str, Any]:
-    """Train as ``config.learner`` says, in ``run_dir``; returns the run's summary (also in ``summary.json``)."""
+def prepare(config: Any, run_dir: Path | str) -> Any:
+    """The learner's run loop over a freshly built context; ``.run(resume=...)`` trains."""
     learner = config.learner
     seed_torch = getattr(learner, "seed_torch", None)
     if callable(seed_torch):
         seed_torch(int(config.run.seed))  # before the policy's build: its initialisation draws from torch
-    ctx = build_context(config, run_dir)
-    return learner.build(ctx).run(resume=resume)
+    return learner.build(build_context(config, run_dir))
+
+
+def train(config: Any, run_dir: Path | str, resume: bool = False) -> dict[str, Any]:
+    """Train as ``config.learner`` says, in ``run_dir``; returns the run's summary (also in ``summary.json``)."""
+    return prepare(config, run_dir).run(resume=resume)

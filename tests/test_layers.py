@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lrmgym"
 RANK = {
-    "core": 0, "registry": 0, "cache": 0,
+    "core": 0, "registry": 0, "cache": 0, "files": 0,
     "envs": 1, "policies": 1,
     "judges": 2,
     "testing": 2.5,  # the public test kit: mocks and batteries over envs, policies and judges

@@ -73,12 +73,17 @@ def command(input_path: Path, output_path: Path | None, overrides: tuple[str, ..
     accuracy and arena judges use each record's `score` field. Judge failures (an endpoint down) are
     recorded as ungradeable verdicts and counted; they do not stop the command.
     """
+    from lrmgym.files import OutputPathError, check_output_file
     from lrmgym.judges.scoring import JudgeInputError, judge_file
 
     judge_configs, env_config = _resolve(overrides)
+    out = output_path or input_path.with_name(input_path.name.removesuffix(".jsonl") + ".verdicts.jsonl")
+    try:  # before any judge or env is built: a bad output path costs nothing
+        check_output_file(out, inputs=[input_path], what="--output")
+    except OutputPathError as err:
+        raise _UserError(str(err)) from None
     judges = [cfg.build() for cfg in judge_configs]
     env = env_config.make() if env_config is not None else None
-    out = output_path or input_path.with_name(input_path.name.removesuffix(".jsonl") + ".verdicts.jsonl")
     try:
         stats = judge_file(input_path, out, judges, env=env)
     except JudgeInputError as err:

@@ -7,12 +7,16 @@ anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib
 import importlib.util
 import json
 import shutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +69,6 @@ def _parse_options(tokens: tuple[str, ...]) -> dict[str, Any]:
             raise UserError(f"{token!r} is not an env option: expected KEY=VALUE, e.g. difficulty=2.")
         options[key] = parse_value(value)
     return options
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 # ------------------------------------------------------------------------------------------------ root
@@ -207,17 +205,67 @@ def config_presets() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ run
-def _new_run_dir(cfg: Any) -> Path:
+class EnvironmentFailure(click.ClickException):
+    """Not the user's mistake but the machine's (a full disk): one ``Error: ...`` line, exit code 1."""
+
+    exit_code = 1
+
+
+def _default_name(cfg: Any, command: str) -> str:
+    """``ENV-LEARNER-TIME`` for a run, ``eval-ENV-TIME`` for an evaluation (UTC, to the second)."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     env_name = cfg.env.id.split("/")[-1].split("-v")[0].lower()
-    name = cfg.run.name or f"{env_name}-{cfg.learner.kind}-{stamp}"
-    run_dir = Path(cfg.run.output_dir) / name
-    if run_dir.exists():
-        raise UserError(
-            f"run.name: the run directory {str(run_dir)!r} already exists; choose another run.name, "
-            f"or continue it with `lrmgym run --resume {run_dir}`."
-        )
-    return run_dir
+    return f"{env_name}-{cfg.learner.kind}-{stamp}" if command == "run" else f"eval-{env_name}-{stamp}"
+
+
+def _fresh_dir(cfg: Any, default: str) -> Path:
+    """A new directory under run.output_dir: run.name (refused if it exists) or ``default`` made unique."""
+    from lrmgym.files import OutputPathError, fresh_dir
+
+    try:
+        return fresh_dir(Path(cfg.run.output_dir), cfg.run.name or default, unique=not cfg.run.name)
+    except OutputPathError as err:
+        raise UserError(str(err)) from None
+
+
+def _check_name_free(cfg: Any) -> None:
+    """Fail fast, before anything is built, when run.name names an existing directory."""
+    if cfg.run.name and (Path(cfg.run.output_dir) / cfg.run.name).exists():
+        existing = Path(cfg.run.output_dir) / cfg.run.name
+        hint = f" or continue it with `lrmgym run --resume {existing}`" if (existing / "config.yaml").is_file() else ""
+        raise UserError(f"run.name: {str(existing)!r} already exists; choose another run.name{hint}.")
+
+
+def _disk_full(err: OSError, run_dir: Path | None) -> EnvironmentFailure:
+    from lrmgym.files import describe_os_error
+
+    where = f" writing {err.filename}" if err.filename else ""
+    text = f"{describe_os_error(err)}{where}."
+    if run_dir is not None and run_dir.is_dir():
+        from lrmgym.learners.rundir import Checkpointer
+
+        steps = Checkpointer(run_dir / "checkpoints").steps()
+        kept = f"its newest checkpoint (step {steps[-1]}) is intact" if steps else "it has no checkpoint yet"
+        text += f" The run in {run_dir} stopped; {kept}. Free some space, then: lrmgym run --resume {run_dir}"
+    return EnvironmentFailure(text)
+
+
+def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The saved config of a run directory, resolved, and as written (for the resume check)."""
+    import yaml
+
+    from lrmgym.configs.resolve import ConfigError, resolve_dict
+
+    config_path = resume_dir / "config.yaml"
+    if not config_path.is_file():
+        raise UserError(f"--resume: {str(config_path)!r} not found; expected a run directory made by `lrmgym run`.")
+    try:
+        raw = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError("expected a mapping of sections (env:, learner:, ...)")
+        return resolve_dict(raw), raw
+    except (ConfigError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"--resume: {config_path}: {err}") from None
 
 
 @cli.command(
@@ -231,11 +279,9 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
 
     OVERRIDES are GROUP=PRESET and dotted.key=VALUE tokens; see `lrmgym config presets` and
     `lrmgym config show`. The run directory gets the resolved config, metrics, samples, checkpoints and plots.
+    SIGTERM or Ctrl-C stops after the current step with a checkpoint; `--resume RUN_DIR` continues.
     """
-    import yaml
-
-    from lrmgym.compose import train
-    from lrmgym.configs.resolve import ConfigError, resolve_dict
+    from lrmgym.learners.resume import ResumeConfigError, check_config, read_run_record
 
     if resume_dir is not None:
         if overrides:
@@ -243,34 +289,100 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
                 f"--resume continues a run with its saved config; remove the overrides {' '.join(overrides)} "
                 "(edit RUN_DIR/config.yaml deliberately if you must change it)."
             )
-        config_path = resume_dir / "config.yaml"
-        if not config_path.is_file():
-            raise UserError(f"--resume: {str(config_path)!r} not found; expected a run directory made by `lrmgym run`.")
+        cfg, raw = _load_saved(resume_dir)
         try:
-            cfg = resolve_dict(yaml.safe_load(config_path.read_text(encoding="utf-8")) or {})
-        except (ConfigError, yaml.YAMLError) as err:
-            raise UserError(f"--resume: {config_path}: {err}") from None
-        run_dir = resume_dir
+            changed = check_config(raw, cfg.to_dict(), (read_run_record(resume_dir) or {}).get("config"))
+        except ResumeConfigError as err:
+            raise UserError(str(err)) from None
+        if changed:
+            click.echo(f"resuming with changed {', '.join(changed)} (as config.yaml now says)")
     else:
         cfg = _resolve(overrides)
-        run_dir = _new_run_dir(cfg)
+        _check_name_free(cfg)
     if not callable(getattr(cfg.learner, "build", None)):
         raise UserError(
             f"learner.kind: the {cfg.learner.kind!r} learner cannot train in this build (its config has no build(ctx))."
         )
-    if resume_dir is None:
-        run_dir.mkdir(parents=True)
-        _write_atomic(run_dir / "config.yaml", cfg.to_yaml())
+    with _sigterm_as_interrupt():  # a scheduler's stop or `docker stop`: as Ctrl-C (the loop saves, then exits)
+        _train(cfg, resume_dir)
+
+
+def _train(cfg: Any, resume_dir: Path | None) -> None:
+    from lrmgym.compose import prepare
+    from lrmgym.configs.resolve import ConfigError
+    from lrmgym.files import atomic_write_text
+    from lrmgym.learners.resume import write_run_record
+    from lrmgym.learners.rundir import CorruptCheckpointError
+
+    new = resume_dir is None
+    run_dir = resume_dir
+    if new:
+        run_dir = _fresh_dir(cfg, _default_name(cfg, "run"))
+    try:
+        if new:
+            atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+        loop = prepare(cfg, run_dir)
+        write_run_record(run_dir, cfg.to_dict(), __version__)
+    except BaseException as err:
+        if new:  # nothing of value was written: leave no half-made run directory behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(err, (FileNotFoundError, ConfigError)):  # e.g. policy.model points nowhere: a user mistake
+            raise UserError(str(err)) from None
+        if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
+            raise _disk_full(err, None if new else run_dir) from None
+        if isinstance(err, KeyboardInterrupt):
+            kept = "nothing was kept" if new else f"the run is as it was; resume with: lrmgym run --resume {run_dir}"
+            click.echo(f"\nInterrupted before training started; {kept}.", err=True)
+            sys.exit(130)
+        raise
     click.echo(f"run directory: {run_dir}")
     try:
-        train(cfg, run_dir, resume=resume_dir is not None)
-    except (FileNotFoundError, ConfigError) as err:  # e.g. policy.model points nowhere: a user mistake
-        if resume_dir is None and [p.name for p in run_dir.iterdir()] == ["config.yaml"]:
-            shutil.rmtree(run_dir)  # nothing but the config was written: leave no half-made run behind
-        raise UserError(str(err)) from None
+        loop.run(resume=not new)
+    except CorruptCheckpointError as err:
+        raise EnvironmentFailure(str(err)) from None
+    except OSError as err:
+        if _is_disk_full(err, run_dir):
+            raise _disk_full(err, run_dir) from None
+        raise
     except KeyboardInterrupt:
-        click.echo(f"\nInterrupted; resume with: lrmgym run --resume {run_dir}", err=True)
+        from lrmgym.learners.rundir import Checkpointer
+
+        steps = Checkpointer(run_dir / "checkpoints").steps()
+        if steps:
+            click.echo(
+                f"\nInterrupted; the newest checkpoint is step {steps[-1]}; resume with: lrmgym run --resume {run_dir}",
+                err=True,
+            )
+        else:
+            click.echo(
+                f"\nInterrupted before the first checkpoint: nothing to resume (`lrmgym run --resume {run_dir}` "
+                "starts it over).",
+                err=True,
+            )
         sys.exit(130)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the block runs (in the main thread; restored after)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _is_disk_full(err: OSError, where: Path) -> bool:
+    from lrmgym.files import out_of_space
+
+    return out_of_space(err, where if where.is_dir() else Path.cwd())
 
 
 # ------------------------------------------------------------------------------------------------ eval
@@ -283,25 +395,34 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
 def eval_(overrides: tuple[str, ...]) -> None:
     """Evaluate a policy on an env: pass@k, avg@n, accuracy by difficulty, e.g. `lrmgym eval env=game24 eval.n=8`.
 
-    Writes eval.json and samples.jsonl under run.output_dir (default runs/) and prints a table.
+    Writes config.yaml, eval.json and samples.jsonl into a new directory under run.output_dir (default runs/):
+    run.name, which must not exist yet, or eval-ENV-TIME (made unique) and prints a table.
     """
     cfg = _resolve(overrides)
     from lrmgym.compose import build_env, build_policy
-    from lrmgym.eval.runner import evaluate, print_report
-
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    env_name = cfg.env.id.split("/")[-1].split("-v")[0].lower()
-    out_dir = Path(cfg.run.output_dir) / (cfg.run.name or f"eval-{env_name}-{stamp}")
     from lrmgym.configs.resolve import ConfigError
+    from lrmgym.eval.runner import evaluate, print_report
+    from lrmgym.files import atomic_write_text
 
+    _check_name_free(cfg)
     try:
         env = build_env(cfg)
         policy = build_policy(cfg)
     except (FileNotFoundError, ConfigError) as err:
         raise UserError(str(err)) from None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out_dir / "config.yaml", cfg.to_yaml())
-    print_report(evaluate(env, policy, cfg.eval, out_dir))
+    out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
+    try:
+        atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
+        report = evaluate(env, policy, cfg.eval, out_dir)
+    except BaseException as err:
+        shutil.rmtree(out_dir, ignore_errors=True)  # no half-made results
+        if isinstance(err, OSError) and _is_disk_full(err, Path(cfg.run.output_dir)):
+            raise _disk_full(err, None) from None
+        if isinstance(err, KeyboardInterrupt):
+            click.echo("\nInterrupted; no results were kept.", err=True)
+            sys.exit(130)
+        raise
+    print_report(report)
     click.echo(f"results: {out_dir}")
 
 

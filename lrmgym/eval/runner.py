@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from lrmgym.core import Completion, Task, TextEnv, Verdict, learner_env, task_rn
 from lrmgym.episodes import rollout
 from lrmgym.eval.config import EvalConfig
 from lrmgym.eval.passk import avg_at_n, bootstrap_interval, pass_at_k, wilson_interval
+from lrmgym.files import atomic_write_text
 from lrmgym.policies.base import Policy
 
 __all__ = ["evaluate", "print_report", "select_tasks"]
@@ -236,15 +236,8 @@ def _by_difficulty(tasks: Sequence[Task], correct: Sequence[int], n: int, ks: Se
 def _write(out_dir: Path, report: dict, samples: list[dict]) -> None:
     """Write both files atomically (temporary file + rename)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_text(out_dir / "samples.jsonl", "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples))
-    _atomic_text(out_dir / "eval.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # errors="surrogatepass": completions may hold lone surrogates; keep them rather than crash.
-    tmp.write_text(text, encoding="utf-8", errors="surrogatepass")
-    os.replace(tmp, path)
+    atomic_write_text(out_dir / "samples.jsonl", "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples))
+    atomic_write_text(out_dir / "eval.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------- table

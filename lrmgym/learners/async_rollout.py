@@ -50,7 +50,8 @@ def _state_bytes(model: torch.nn.Module) -> bytes:
 
 def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None, registration: tuple | None) -> None:
     """The worker's loop: build env and policy once, then serve ``("rollout", ...)`` requests until EOF."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer stops this worker when it stops
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         import gymnasium
 

@@ -1,8 +1,8 @@
 """The one training loop every native learner runs: an algorithm supplies the step, the loop does the rest.
 
 What the loop owns: the run directory's logs (``metrics.jsonl``, ``samples.jsonl``), checkpoints and resume
-(a killed run continues with no step lost or repeated), the step and time budgets, Ctrl-C (the first asks
-to stop after the current step and saves; the second aborts), the progress bar, held-out evaluation
+(a killed run continues with no step lost or repeated), the step and time budgets, Ctrl-C and SIGTERM (the
+first asks to stop after the current step and saves; the second aborts), the progress bar, held-out evaluation
 (before, every ``eval_every`` steps, after), ``summary.json``, the plot and the before/after table.
 
 What an :class:`Algorithm` owns: its own state (weights, optimizer, data position...) and one training step.
@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from lrmgym.learners.context import RunContext
+from lrmgym.learners.resume import checkpoint_with_log, clean_temps
 from lrmgym.learners.rundir import (
     Checkpointer,
     JsonlLog,
@@ -121,6 +122,7 @@ class Loop:
         self.elapsed_s = 0.0
         self.generations = 0
         self.evals: dict[str, dict] = {}
+        self.log_gaps: str | None = None  # steps with no metrics line, when a resume found them lost
         algorithm.loop = self
 
     # ------------------------------------------------------------------------------------------ budget
@@ -166,11 +168,13 @@ class Loop:
             "elapsed_s": self.elapsed_s,
             "generations": self.generations,
             "evals": self.evals,
+            "log_gaps": self.log_gaps,
         }
         self.checkpoints.save(self.step, state)
 
     def _resume(self) -> None:
-        state = self.checkpoints.load_latest()
+        clean_temps(self.run_dir, _say)
+        state, self.log_gaps = checkpoint_with_log(self.checkpoints, self.metrics_log, _say)
         if state is None:  # killed before the first checkpoint: start over in the same directory
             self.metrics_log.truncate(0)
             self.samples_log.truncate(0)
@@ -181,9 +185,11 @@ class Loop:
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
         self.generations = int(state.get("generations", 0))
         self.evals = dict(state.get("evals", {}))
-        # Lines written after the checkpoint belong to steps that will run again: drop them.
-        self.metrics_log.truncate(self.step)
+        self.log_gaps = self.log_gaps or state.get("log_gaps")
+        # Lines written after the checkpoint belong to steps that will run again: drop them (and duplicates).
+        self.metrics_log.truncate(self.step, unique=True)
         self.samples_log.truncate(self.step)
+        self.checkpoints.drop_after(self.step, _say)  # newer ones (after a gap): never to be resumed from again
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(self, resume: bool = False) -> dict[str, Any]:
@@ -229,7 +235,11 @@ class Loop:
             self.save()
             self.finish(status)
             raise KeyboardInterrupt
-        if self.cfg.eval_before_after and "after" not in self.evals:
+        if self.cfg.eval_before_after and self.evals.get("after", {}).get("step") != self.step:
+            # Also when a resume with more steps trained past an earlier "after": it describes an older model.
+            if "after" in self.evals:
+                earlier = self.evals.pop("after")
+                self.evals[f"step_{earlier['step']}"] = earlier
             self.evals["after"] = self.evaluate(f"step_{self.step}")
             self.save()  # so that a resume after this point does not evaluate again
         summary = self.finish(status)
@@ -303,6 +313,8 @@ class Loop:
             "run_dir": str(self.run_dir),
             "plot": str(plot),
         }
+        if self.log_gaps:
+            summary["log_gaps"] = self.log_gaps
         atomic_write_json(self.run_dir / "summary.json", summary)
         return summary
 
@@ -329,26 +341,36 @@ class Loop:
 
 
 class _Interrupt:
-    """SIGINT handling during training: the first Ctrl-C asks to stop after the current step; the second aborts."""
+    """SIGINT and SIGTERM during training: the first asks to stop after the current step (and save); the second aborts.
+
+    SIGTERM is what a scheduler's timeout or ``docker stop`` sends: it gets the same clean save as Ctrl-C.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Interrupt:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self._SIGNALS}
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nCtrl-C: finishing the current step, then saving a checkpoint (Ctrl-C again to abort now).", flush=True)
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n{name}: finishing the current step, then saving a checkpoint (again to abort now).", flush=True)
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
 
 
 def _eval_summary(report: dict[str, Any]) -> dict[str, Any]:

@@ -22,16 +22,18 @@ import json
 import os
 import random
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
 
+from lrmgym.files import atomic_write, atomic_write_bytes
+
 __all__ = [
     "Checkpointer",
+    "CorruptCheckpointError",
     "JsonlLog",
     "atomic_write_bytes",
     "atomic_write_json",
@@ -41,39 +43,6 @@ __all__ = [
 ]
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some filesystems do not allow opening directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call ``write`` on a temporary sibling of ``path``, fsync it, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one."""
-    _atomic_write(path, lambda f: f.write(data))
-
-
 def atomic_write_json(path: Path, obj: Any) -> None:
     """Atomically write ``obj`` as indented JSON."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
@@ -81,7 +50,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """Atomically ``torch.save`` ``obj`` to ``path`` (streamed to the file, not buffered in memory)."""
-    _atomic_write(path, lambda f: torch.save(obj, f))
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 class JsonlLog:
@@ -94,10 +63,13 @@ class JsonlLog:
         """Append one record and fsync it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(record, default=str, allow_nan=True) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:  # a full disk: name the file (a torn last line is dropped on resume)
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The complete, parseable records in file order (a torn last line is skipped)."""
@@ -114,9 +86,17 @@ class JsonlLog:
                 if isinstance(rec, dict):
                     yield rec
 
-    def truncate(self, max_step: int) -> int:
-        """Keep only the records with ``step <= max_step`` (atomically); returns how many were kept."""
-        kept = [r for r in self.records() if isinstance(r.get("step"), int) and r["step"] <= max_step]
+    def truncate(self, max_step: int, unique: bool = False) -> int:
+        """Keep only the records with ``step <= max_step`` (atomically); returns how many were kept.
+
+        With ``unique``, only the first record of each step is kept (a log with one line per step).
+        """
+        kept, seen = [], set()
+        for r in self.records():
+            step = r.get("step")
+            if isinstance(step, int) and step <= max_step and not (unique and step in seen):
+                kept.append(r)
+                seen.add(step)
         data = "".join(json.dumps(r, default=str) + "\n" for r in kept)
         atomic_write_bytes(self.path, data.encode())
         return len(kept)
@@ -151,13 +131,50 @@ class Checkpointer:
             self.path(old).unlink(missing_ok=True)
         return path
 
-    def load_latest(self) -> dict[str, Any] | None:
-        """The newest checkpoint's state, or ``None`` when there is none."""
-        steps = self.steps()
-        if not steps:
-            return None
-        # weights_only=False: the file also holds numpy/python RNG states; it is our own file from this run.
-        return torch.load(self.path(steps[-1]), map_location="cpu", weights_only=False)
+    def load_latest(self, report: Callable[[str], None] = print, max_step: int | None = None) -> dict[str, Any] | None:
+        """The newest checkpoint that loads (of a step <= ``max_step`` if given), or ``None`` when there is none.
+
+        A checkpoint that does not load (truncated, garbled, empty: a crash or a full disk while it was copied)
+        is renamed to ``*.corrupt`` beside the others, and the next older one is tried; ``report`` says so.
+        Raises :class:`CorruptCheckpointError` when checkpoints exist and none loads.
+        """
+        steps = [s for s in self.steps() if max_step is None or s <= max_step]
+        failures = []
+        for step in reversed(steps):
+            path = self.path(step)
+            try:
+                # weights_only=False: the file also holds numpy/python RNG states; it is our own file from this run.
+                state = torch.load(path, map_location="cpu", weights_only=False)
+                if not isinstance(state, dict) or state.get("step") != step:
+                    raise ValueError(f"it holds no state of step {step}")
+            except Exception as err:  # noqa: BLE001 - any failure to read means this file cannot be resumed from
+                reason = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'unreadable'}"
+                failures.append(f"{path.name} ({reason})")
+                aside = path.with_name(path.name + ".corrupt")
+                path.replace(aside)
+                report(f"checkpoint {path} does not load ({reason}); moved it to {aside.name} and trying an older one.")
+                continue
+            if failures:
+                report(f"resuming from {path.name}, the newest checkpoint that loads.")
+            return state
+        if failures:
+            raise CorruptCheckpointError(
+                f"no checkpoint in {self.directory} loads: {'; '.join(failures)}. The run cannot be resumed; start "
+                "a new run (the unreadable files were kept as *.corrupt)."
+            )
+        return None
+
+    def drop_after(self, step: int, report: Callable[[str], None] = print) -> None:
+        """Delete the checkpoints of steps after ``step`` (a resume went back past them; they would be resumed from)."""
+        newer = [s for s in self.steps() if s > step]
+        for s in newer:
+            self.path(s).unlink(missing_ok=True)
+        if newer:
+            report(f"deleted the checkpoints of steps {', '.join(map(str, newer))}, after the step resumed from.")
+
+
+class CorruptCheckpointError(RuntimeError):
+    """Checkpoints exist and none of them loads."""
 
 
 def capture_rng() -> dict[str, Any]:

@@ -84,8 +84,10 @@ def _write_run_dir(run_dir: Path, model_dir: Path, steps: int) -> None:
         "eval": {"tasks": 4, "n": 1, "max_new_tokens": 8, "split": None},
         "run": {"seed": 3, "output_dir": str(run_dir.parent), "name": run_dir.name},
     }
+    from lrmgym.configs.resolve import resolve_dict
+
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run_dir / "config.yaml").write_text(resolve_dict(cfg).to_yaml())  # complete, as `lrmgym run` writes it
 
 
 def _cli(*args: str) -> list[str]:
