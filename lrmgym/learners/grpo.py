@@ -102,4 +102,4 @@ class GRPO(OnPolicy):
 
     def end_step(self) -> None:
         """Step the learning-rate schedule (once per training step, signal or not)."""
-        self.updater.scheduler.step()
+        self.updater.step_schedule()

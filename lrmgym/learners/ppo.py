@@ -236,7 +236,7 @@ class PPO(OnPolicy):
     def end_step(self) -> None:
         """Step the policy's learning-rate schedule after each policy update (its warmup_steps count updates)."""
         if self.loop.step > self.cfg.critic_warmup_steps:
-            self.updater.scheduler.step()
+            self.updater.step_schedule()
 
     def state_dict(self) -> dict[str, Any]:
         """The on-policy state (updater, stream position, pending async weights) and the critic's."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -148,6 +149,16 @@ class PolicyUpdater:
         done = self.progress()
         shape = 1.0 - done if cfg.lr_decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * done))
         return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
+
+    def step_schedule(self) -> None:
+        """Advance the learning-rate schedule by one training step.
+
+        Also on a step that did not update (no group carried signal): the schedule counts steps, not updates.
+        torch warns when a scheduler steps before its optimizer ever has; that is intended here, so not shown.
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.scheduler.step()
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer and schedule state; and the reference's weights once a reset replaced the initial ones."""

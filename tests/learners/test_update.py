@@ -121,3 +121,14 @@ def test_a_generation_budget_ends_the_run_at_equal_sampling_cost(tmp_path):
     assert summary["status"] == "generation_budget" and summary["generations"] == 48
     again = train(cfg, tmp_path, resume=True)  # the count survives a resume: no further training
     assert again["steps"] == 3
+
+
+def test_a_step_without_signal_advances_the_schedule_without_a_torch_warning(tmp_path):
+    import warnings
+
+    algo = _algo(tmp_path)
+    algo.updater.update([], [], False, "recompute")  # every group without signal: nothing to train
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "lr_scheduler.step() before optimizer.step()" would raise
+        algo.end_step()
+    assert algo.updater.scheduler.last_epoch == 1
