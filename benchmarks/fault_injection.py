@@ -3,9 +3,11 @@
 Run: ``python benchmarks/fault_injection.py [--kills 20] [--seed 0] [--out benchmarks/results/fault_injection.md]``.
 
 One ``lrmgym run env=math learner=grpo`` on the shipped tiny model (small steps, a checkpoint every step, a
-held-out evaluation before and after) is killed with SIGKILL ``--kills`` times, at a moment drawn uniformly
-from the start of its process to the end of the run (so kills land during start-up, the before/after
-evaluation, rollouts, updates and checkpoint writes), and resumed with ``lrmgym run --resume`` after each.
+held-out evaluation before and after) is killed with SIGKILL ``--kills`` times and resumed with ``lrmgym run
+--resume`` after each. The moments are spread over the run's timeline: each kill has a random target step (0 is
+start-up and the "before" evaluation, the last is the "after" evaluation), and lands a random delay after the
+run reaches it (or, when the run is already past it, while the resumed process starts up), so kills hit
+start-up, the evaluations, rollouts, updates and checkpoint writes.
 With ``--async`` (the preset's async rollouts), every third kill hits the rollout worker instead of the trainer.
 After every kill the newest checkpoint must load; after the last resume the run must have finished with every
 step in ``metrics.jsonl`` exactly once, and (synchronous runs) the final weights must equal those of the same
@@ -88,19 +90,31 @@ def run(kills: int, seed: int, use_async: bool, root: Path) -> dict:
     done = subprocess.run(_argv(reference, False, use_async), capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     full_s = time.perf_counter() - start
+    # The kill moments, spread over the run's timeline: a target step each (0: start-up and the "before"
+    # evaluation; STEPS: the "after" evaluation and the end), sorted so that the run moves on between kills, plus
+    # a random delay once the target is reached (within about one step, or within start-up).
+    step_s = full_s / (STEPS + 8)  # the evaluations and the start take about 8 steps' time
+    targets = sorted(int(t) for t in rng.integers(0, STEPS + 1, size=kills))
     events, resume, workers_seen = [], False, set()
-    for k in range(kills):
+    for k, target in enumerate(targets):
         if not resume and victim.is_dir():  # killed between making the folder and writing its config.yaml
             shutil.rmtree(victim)
         stdout, lines_at_start = root / f"attempt{k + 1}.out", _lines(victim / "metrics.jsonl")
+        started = time.perf_counter()
         with open(stdout, "w") as sink:
             proc = subprocess.Popen(
                 _argv(victim, resume, use_async), stdout=sink, stderr=subprocess.PIPE, text=True, env=env
             )
-        delay = float(rng.uniform(0.5, full_s))
-        deadline = time.perf_counter() + delay
+        if target > lines_at_start:
+            while _lines(victim / "metrics.jsonl") < target and proc.poll() is None:
+                time.sleep(0.01)
+            extra = float(rng.uniform(0.0, 1.5 * step_s))
+        else:  # the run is already past this step: kill it while it starts up (or right after)
+            extra = float(rng.uniform(0.2, 6 * step_s))
+        deadline = time.perf_counter() + extra
         while time.perf_counter() < deadline and proc.poll() is None:
             time.sleep(0.01)
+        delay = time.perf_counter() - started
         if proc.poll() is not None:  # finished (or failed) before the kill: a failure is a finding
             out, err = proc.communicate()
             events.append({"kill": k + 1, "delay_s": delay, "phase": "ended first", "rc": proc.returncode})
@@ -178,7 +192,8 @@ def report(results: list[dict], kills: int, seed: int) -> str:
         "",
         f"`python benchmarks/fault_injection.py --kills {kills} --seed {seed}` (and `--async`): one {STEPS}-step run "
         "of `lrmgym run env=math learner=grpo` (tiny model, 8 tasks x 4, a checkpoint every step, 24-task "
-        "evaluation before and after), killed with SIGKILL at uniformly drawn moments and resumed each time.",
+        "evaluation before and after), killed with SIGKILL at moments spread over its timeline (a random target "
+        "step, then a random delay) and resumed each time.",
         "",
         "| rollouts | kills | where they landed | final | every step logged once | same final weights as "
         "uninterrupted | workers left alive | uninterrupted run |",
