@@ -350,6 +350,17 @@ class TextEnv(gymnasium.Env):
                     f"{type(self).__name__} takes no options, got {sorted(kwargs)}. Remove them from the env config."
                 )
             return None
+        # A pydantic model that neither forbids nor allows extra keys drops them silently: refuse them here.
+        fields = getattr(self.Config, "model_fields", None)
+        extra = getattr(self.Config, "model_config", {}).get("extra")
+        if isinstance(fields, dict) and extra not in ("allow", "forbid"):
+            known = set(fields) | {f.alias for f in fields.values() if getattr(f, "alias", None)}
+            unknown = sorted(k for k in kwargs if k not in known)
+            if unknown:
+                raise TypeError(
+                    f"{type(self).__name__} has no option {', '.join(map(repr, unknown))}; its options are "
+                    f"{', '.join(sorted(fields)) or 'none'}. Remove or rename it."
+                )
         return self.Config(**kwargs)
 
     # ---- to implement

@@ -33,6 +33,8 @@ _ID_RE = re.compile(r"^(?:[\w:.-]+/)?[\w:.-]+?(?:-v\d+)?$")
 
 logger = logging.getLogger(__name__)
 _plugins_loaded = False
+_registered: set[str] = set()
+"""Ids registered through :func:`register` (any namespace), so that :func:`list_envs` shows them."""
 
 
 class UnknownEnvError(KeyError):
@@ -58,6 +60,7 @@ def register(env_id: str, entry_point: str | Callable[..., TextEnv], **kwargs: A
         raise ValueError(f"Invalid env id {env_id!r}: expected '[namespace/]Name-vN', for example 'lrmgym/Math-v0'.")
     # Text envs validate their own inputs and enforce reset/step order, so gymnasium's passive checker
     # (written for array spaces) and OrderEnforcing wrapper are off: make() returns the env itself.
+    _registered.add(_qualify(env_id))
     gymnasium.register(
         id=_qualify(env_id),
         entry_point=entry_point,
@@ -90,7 +93,7 @@ def list_envs(namespace: str | None = NAMESPACE) -> list[str]:
     ids = [i for i, s in gymnasium.registry.items() if namespace is None or s.namespace == namespace]
     if namespace is None:  # other namespaces may hold Atari and the like: keep only what plug-ins added
         plugin_ids = {_qualify(ep.name) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-        ids = [i for i in ids if i.startswith(f"{NAMESPACE}/") or i in plugin_ids]
+        ids = [i for i in ids if i.startswith(f"{NAMESPACE}/") or i in plugin_ids or i in _registered]
     return sorted(ids)
 
 

@@ -326,7 +326,7 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
     except BaseException as err:
         if new:  # nothing of value was written: leave no half-made run directory behind
             shutil.rmtree(run_dir, ignore_errors=True)
-        if isinstance(err, (FileNotFoundError, ConfigError)):  # e.g. policy.model points nowhere: a user mistake
+        if isinstance(err, (FileNotFoundError, ConfigError, ValueError)):  # e.g. a bad data file or model folder
             raise UserError(str(err)) from None
         if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
             raise _disk_full(err, None if new else run_dir) from None
@@ -408,7 +408,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
     try:
         env = build_env(cfg)
         policy = build_policy(cfg)
-    except (FileNotFoundError, ConfigError) as err:
+    except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder ...
         raise UserError(str(err)) from None
     out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
     try:

@@ -18,10 +18,9 @@ allowed and, where it can guess, what was meant.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -30,9 +29,27 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from lrmgym.configs.components import COMPONENTS
+from lrmgym.configs.errors import (
+    ConfigError,
+    allowed,
+    did_you_mean,
+    fields_at,
+    format_error,
+    non_finite,
+    show,
+)
 from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
 
-__all__ = ["DEFAULTS", "GROUPS", "ConfigError", "list_presets", "load_preset", "parse_overrides", "resolve"]
+__all__ = [
+    "DEFAULTS",
+    "GROUPS",
+    "ConfigError",
+    "format_error",
+    "list_presets",
+    "load_preset",
+    "parse_overrides",
+    "resolve",
+]
 
 GROUPS = ("env", "policy", "learner", "judge")
 """Groups that take a preset name."""
@@ -43,25 +60,6 @@ DEFAULTS: dict[str, Any] = {"env": "math", "policy": "tiny", "learner": "grpo", 
 EVAL_CONFIG = "lrmgym.eval.config:EvalConfig"
 
 _TOKEN_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>.*)$", re.DOTALL)
-
-
-class ConfigError(ValueError):
-    """A user's config mistake. The message is complete: the CLI prints it and exits with code 2."""
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
-    return f" Did you mean '{match[0]}'?" if match else ""
-
-
-def _show(value: Any) -> str:
-    """A value as the user typed it (YAML flow style), shortened."""
-    if isinstance(value, str):
-        text = repr(value)
-    else:
-        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
-        text = text.removesuffix("\n...").removesuffix(" ...")
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # ------------------------------------------------------------------------------------------------ presets
@@ -78,13 +76,34 @@ def load_preset(group: str, name: str) -> dict[str, Any]:
     if not isinstance(name, str) or name not in list_presets(group):
         allowed = ", ".join(list_presets(group)) or "none"
         raise ConfigError(
-            f"{group}: unknown preset {_show(name)}; allowed: {allowed}.{_did_you_mean(name, list_presets(group))}"
+            f"{group}: unknown preset {show(name)}; allowed: {allowed}.{did_you_mean(name, list_presets(group))}"
         )
     text = (resources.files("lrmgym.configs") / "presets" / group / f"{name}.yaml").read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{group}: preset {name!r} is not a YAML mapping (package data is broken).")
     return data
+
+
+def _env_selection(name: Any) -> dict[str, Any]:
+    """``env=NAME``: a shipped preset, else a registered env id (a plug-in's ``acme/Sudoku-v1``), as ``env.id``."""
+    from lrmgym.registry import UnknownEnvError, list_envs, spec
+
+    presets = list_presets("env")
+    if isinstance(name, str) and name in presets:
+        return load_preset("env", name)
+    if isinstance(name, str):
+        try:
+            return {"id": spec(name).id}
+        except UnknownEnvError:
+            pass
+    ids = list_envs(namespace=None)
+    qualified = name if not isinstance(name, str) or "/" in name else f"lrmgym/{name}"
+    hint = did_you_mean(name, presets) or did_you_mean(qualified, ids)
+    raise ConfigError(
+        f"env: unknown preset or environment id {show(name)}; presets: {', '.join(presets)}; environment ids: "
+        f"{', '.join(ids) if len(ids) <= 10 else 'see `lrmgym envs list`'}.{hint}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -110,15 +129,15 @@ def parse_overrides(tokens: Sequence[str]) -> tuple[dict[str, Any], list[tuple[l
         match = _TOKEN_RE.match(token)
         if match is None:
             raise ConfigError(
-                f"{_show(token)} is not an override: expected GROUP=PRESET (e.g. env=math) "
+                f"{show(token)} is not an override: expected GROUP=PRESET (e.g. env=math) "
                 "or dotted.key=VALUE (e.g. learner.lr=1e-6)."
             )
         key, value = match["key"], parse_value(match["value"])
         path = key.split(".")
         if path[0] not in SECTIONS:
             raise ConfigError(
-                f"{key}: unknown key (value {_show(value)}); allowed: {', '.join(SECTIONS)}."
-                f"{_did_you_mean(path[0], SECTIONS)}"
+                f"{key}: unknown key (value {show(value)}); allowed: {', '.join(SECTIONS)}."
+                f"{did_you_mean(path[0], SECTIONS)}"
             )
         if len(path) == 1:
             if path[0] not in GROUPS:
@@ -139,7 +158,7 @@ def _judge_presets(value: Any, add_accuracy: bool = True) -> dict[str, dict[str,
     judges: dict[str, dict[str, Any]] = {}
     for name in names:
         if not isinstance(name, str):
-            raise ConfigError(f"judge: invalid value {_show(value)}; expected a preset name or a list of them.")
+            raise ConfigError(f"judge: invalid value {show(value)}; expected a preset name or a list of them.")
         judges[name] = load_preset("judge", name)
     # Judges add to the verifiable reward rather than replace it: without an accuracy or arena judge (the
     # arena keeps verifiable rewards for mixed groups), the accuracy judge goes first, so judge=format_strict
@@ -158,7 +177,7 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
         elif not isinstance(child, dict):
             where = ".".join(path[: i + 1])
             raise ConfigError(
-                f"{'.'.join(path)}: {where} is {_show(child)}, not a section; it has no key {path[i + 1]!r}."
+                f"{'.'.join(path)}: {where} is {show(child)}, not a section; it has no key {path[i + 1]!r}."
             )
         node = child
     node[path[-1]] = value
@@ -178,6 +197,8 @@ def merged_tree(
     for group in GROUPS:
         if group == "judge":
             tree["judge"] = _judge_presets(chosen.get("judge"), add_accuracy)
+        elif group == "env" and "env" in chosen:
+            tree["env"] = _env_selection(chosen["env"])
         elif group in chosen:
             tree[group] = load_preset(group, chosen[group])
     for path, value, _ in dotted:
@@ -186,47 +207,18 @@ def merged_tree(
 
 
 # ------------------------------------------------------------------------------------------------ validation
-def format_error(prefix: str, err: Mapping[str, Any], model: type[BaseModel] | None) -> str:
-    """One pydantic error as ``path: problem``, with the allowed keys or values and a did-you-mean."""
-    loc = [str(p) for p in err["loc"]]
-    path = ".".join([prefix, *loc]) if prefix else ".".join(loc)
-    value = err.get("input")
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        fields = _fields_at(model, loc[:-1])
-        allowed = ", ".join(fields) if fields else "none"
-        return f"{path}: unknown key (value {_show(value)}); allowed: {allowed}.{_did_you_mean(loc[-1], fields)}"
-    if kind == "missing":
-        return f"{path}: missing required key; set it with {path}=VALUE."
-    if kind in ("literal_error", "enum"):
-        allowed = err.get("ctx", {}).get("expected", "")
-        options = re.findall(r"'([^']*)'", allowed)
-        return f"{path}: invalid value {_show(value)}; allowed: {allowed}.{_did_you_mean(value, options)}"
-    message = err["msg"].replace("Input should be", "expected").replace("Value error, ", "").rstrip(".")
-    if not loc:  # a model-level check (e.g. eval.k against eval.n): its message names the keys itself
-        return f"{path}: {message}."
-    return f"{path}: invalid value {_show(value)}: {message}."
-
-
-def _fields_at(model: type[BaseModel] | None, loc: list[str]) -> list[str]:
-    """The field names of the (nested) model at ``loc``, for listing allowed keys."""
-    for part in loc:
-        if model is None or part not in model.model_fields:
-            return []
-        annotation = model.model_fields[part].annotation
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    return sorted(model.model_fields) if model is not None else []
-
-
 def _validate(prefix: str, model: type[BaseModel], data: Any) -> BaseModel:
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix}: invalid value {_show(data)}: expected a mapping of keys to values.")
+        raise ConfigError(f"{prefix}: invalid value {show(data)}: expected a mapping of keys to values.")
     try:
         # Components that hold components (an LLM judge's policy) resolve them through this context, so that
         # the knowledge of kinds stays here and no component imports configs.
-        return model.model_validate(data, context={"component": _nested_component})
+        validated = model.model_validate(data, context={"component": _nested_component})
     except ValidationError as err:
         raise ConfigError(format_error(prefix, err.errors()[0], model)) from None
+    for path, value in non_finite(validated, prefix):  # a float field without bounds accepts nan and inf
+        raise ConfigError(f"{path}: invalid value {value}: must be finite.")
+    return validated
 
 
 def _nested_component(group: str, data: Any) -> BaseModel:
@@ -247,9 +239,9 @@ def _component_class(group: str, path: str, kind: Any) -> type[BaseModel]:
     kinds = COMPONENTS[group]
     if kind is None:
         raise ConfigError(f"{path}.kind: missing required key; allowed: {', '.join(sorted(kinds))}.")
-    if kind not in kinds:
-        hint = _did_you_mean(kind, kinds)
-        raise ConfigError(f"{path}.kind: unknown kind {_show(kind)}; allowed: {', '.join(sorted(kinds))}.{hint}")
+    if not isinstance(kind, str) or kind not in kinds:
+        hint = did_you_mean(kind, kinds)
+        raise ConfigError(f"{path}.kind: unknown kind {show(kind)}; allowed: {', '.join(sorted(kinds))}.{hint}")
     target = kinds[kind]
     try:
         return _import(target)
@@ -262,26 +254,33 @@ def _component_class(group: str, path: str, kind: Any) -> type[BaseModel]:
 
 def validate_component(group: str, path: str, data: Any) -> BaseModel:
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: invalid value {_show(data)}: expected a mapping with a 'kind' key.")
+        raise ConfigError(f"{path}: invalid value {show(data)}: expected a mapping with a 'kind' key.")
     cls = _component_class(group, path, data.get("kind"))
     return _validate(path, cls, data)
 
 
 def validate_env(data: Any) -> EnvConfig:
+    """Validate ``env``: its id, then its options against the env class's ``Config``, then its data files.
+
+    A plug-in's ``Config`` is held to the same rules as a built-in one: a key it does not declare is refused
+    (pydantic's default would drop it silently) unless the model says ``extra="allow"``. An env class may
+    define ``preflight(config)``, a classmethod that reads the files the options name (a local data file) so
+    that a bad one stops the command here; its ``ValueError`` or ``OSError`` becomes a :class:`ConfigError`.
+    """
     from lrmgym.registry import UnknownEnvError, env_class, list_envs, spec
 
     if not isinstance(data, dict):
-        raise ConfigError(f"env: invalid value {_show(data)}: expected a mapping with an 'id' key.")
+        raise ConfigError(f"env: invalid value {show(data)}: expected a mapping with an 'id' key.")
     env_id = data.get("id")
     if not isinstance(env_id, str):
-        raise ConfigError(f"env.id: invalid value {_show(env_id)}: expected an env id such as lrmgym/Math-v0.")
+        raise ConfigError(f"env.id: invalid value {show(env_id)}: expected an env id such as lrmgym/Math-v0.")
     try:
         full_id = spec(env_id).id
     except UnknownEnvError:
         known = list_envs(namespace=None)
-        raise ConfigError(
-            f"env.id: unknown environment {_show(env_id)}; allowed: {', '.join(known)}.{_did_you_mean(env_id, known)}"
-        ) from None
+        qualified = env_id if "/" in env_id else f"lrmgym/{env_id}"
+        listing = allowed(qualified, known, "`lrmgym envs list` shows all {n}")
+        raise ConfigError(f"env.id: unknown environment {show(env_id)}{listing}") from None
     options = {k: v for k, v in data.items() if k != "id"}
     try:
         cls = env_class(full_id)
@@ -289,10 +288,59 @@ def validate_env(data: Any) -> EnvConfig:
         raise ConfigError(f"env.id: environment {full_id!r} cannot be loaded: {err}.") from None
     options_model = getattr(cls, "Config", None) if cls is not None else None
     if options_model is not None:
-        options = _validate("env", options_model, options).model_dump(mode="json")
+        validated = _validate_options(full_id, options_model, options)
+        options = validated.model_dump(mode="json") if isinstance(validated, BaseModel) else options
+        _preflight(cls, validated, "env")
     elif options and cls is not None:
         raise ConfigError(f"env: {full_id} takes no options, got {', '.join(sorted(options))}.")
+    for path, value in non_finite(options, "env"):
+        raise ConfigError(f"{path}: invalid value {value}: must be finite.")
     return EnvConfig(id=full_id, **options)
+
+
+def _preflight(cls: Any, options: Any, where: str) -> None:
+    preflight = getattr(cls, "preflight", None)
+    if callable(preflight):
+        try:
+            preflight(options)
+        except (ValueError, OSError) as err:
+            raise ConfigError(f"{where}: {err}") from None
+
+
+def _preflight_eval_split(env: EnvConfig, split: Any) -> None:
+    """Check the data of the split evaluation will rebuild the env with (``eval.split``), when it differs."""
+    from lrmgym.registry import env_class
+
+    if not isinstance(split, str) or env.options.get("split", split) == split:
+        return
+    cls = env_class(env.id)
+    model = getattr(cls, "Config", None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return
+    try:
+        switched = model.model_validate({**env.options, "split": split})
+    except ValidationError:
+        return  # the options do not fit that split; the evaluation says so itself
+    _preflight(cls, switched, f"env (with eval.split={split!r})")
+
+
+def _validate_options(env_id: str, model: Any, options: dict[str, Any]) -> Any:
+    """The env's options validated by its ``Config``: a pydantic model, or any class taking keyword arguments."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        try:
+            return model(**options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"env: the options of {env_id} are refused by its Config: {err}") from None
+    fields = fields_at(model, [])
+    aliases = {f.alias for f in model.model_fields.values() if f.alias}
+    if model.model_config.get("extra") != "allow":
+        for key in options:
+            if key not in fields and key not in aliases:
+                raise ConfigError(
+                    f"env.{key}: unknown key (value {show(options[key])})"
+                    + allowed(key, fields, f"`lrmgym envs show {env_id}` shows all {{n}} options")
+                )
+    return _validate("env", model, options)
 
 
 def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
@@ -300,8 +348,8 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
     unknown = [k for k in tree if k not in SECTIONS]
     if unknown:
         raise ConfigError(
-            f"{unknown[0]}: unknown key (value {_show(tree[unknown[0]])}); allowed: {', '.join(SECTIONS)}."
-            f"{_did_you_mean(unknown[0], SECTIONS)}"
+            f"{unknown[0]}: unknown key (value {show(tree[unknown[0]])}); allowed: {', '.join(SECTIONS)}."
+            f"{did_you_mean(unknown[0], SECTIONS)}"
         )
     run = _validate("run", RunSection, tree.get("run") or {})
     env = validate_env(tree.get("env"))
@@ -309,7 +357,7 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
     learner = validate_component("learner", "learner", tree.get("learner"))
     judges_raw = tree.get("judge") or {}
     if not isinstance(judges_raw, dict):
-        raise ConfigError(f"judge: invalid value {_show(judges_raw)}: expected judges by name.")
+        raise ConfigError(f"judge: invalid value {show(judges_raw)}: expected judges by name.")
     judges = {name: validate_component("judge", f"judge.{name}", cfg) for name, cfg in judges_raw.items()}
     try:
         eval_model = _import(EVAL_CONFIG)
@@ -318,6 +366,7 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
     if eval_model is None:
         raise ConfigError("eval: evaluation is not available in this installation (lrmgym.eval.config missing).")
     evaluation = _validate("eval", eval_model, tree.get("eval") or {})
+    _preflight_eval_split(env, getattr(evaluation, "split", None))
     return RunConfig(env=env, policy=policy, learner=learner, judge=judges, eval=evaluation, run=run)
 
 

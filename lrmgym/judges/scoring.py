@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from lrmgym.core import Completion, Task, Verdict
+from lrmgym.envs._jsonl import iter_jsonl
+from lrmgym.files import atomic_write, check_output_file
 from lrmgym.judges.base import Judge, check_judges, content_hash, judge_group
 
 __all__ = ["JudgeInputError", "judge_file", "read_records"]
@@ -55,31 +57,28 @@ def _record_task(record: dict[str, Any], where: str) -> Task:
     metadata = record.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise JudgeInputError(f"{where}: 'metadata' must be a JSON object.")
+    answer = record.get("answer")
+    if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
+        raise JudgeInputError(f"{where}: 'answer' must be text or a number (or left out), got {type(answer).__name__}.")
     task_id = record.get("task_id", record.get("id"))
     if task_id is None:
         task_id = "prompt/" + content_hash(prompt)[:12]
-    return Task(id=str(task_id), prompt=prompt, answer=record.get("answer"), metadata=metadata)
+    return Task(id=str(task_id), prompt=prompt, answer=answer, metadata=metadata)
 
 
 def read_records(path: Path) -> list[tuple[int, Task, list[str], dict[str, Any]]]:
-    """Parse the input: ``(line number, task, completion texts, record)`` per non-blank line."""
-    if not path.is_file():
+    """Parse the input: ``(line number, task, completion texts, record)`` per non-blank line.
+
+    The file is read by :func:`lrmgym.envs._jsonl.iter_jsonl`: UTF-8 JSON lines, at most 1 MiB a line and 1 GiB
+    a file; every problem is one :class:`JudgeInputError` naming the file, the line (1-based) and the fix.
+    """
+    path = Path(path)
+    if not path.exists():
         raise JudgeInputError(f"--input: {str(path)!r} not found; expected a JSONL file of completions.")
     out = []
-    with path.open(encoding="utf-8", errors="surrogateescape") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path.name} line {number}"
-            try:
-                record = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as err:
-                raise JudgeInputError(f"{where}: not valid JSON ({err.msg} at column {err.colno}).") from None
-            if not isinstance(record, dict):
-                raise JudgeInputError(f"{where}: expected a JSON object, got {type(record).__name__}.")
-            out.append((number, _record_task(record, where), _record_completions(record, where), record))
-    if not out:
-        raise JudgeInputError(f"--input: {str(path)!r} has no records; expected one JSON object per line.")
+    for number, record in iter_jsonl(path, JudgeInputError):
+        where = f"{path}:{number}"
+        out.append((number, _record_task(record, where), _record_completions(record, where), record))
     return out
 
 
@@ -111,7 +110,8 @@ def judge_file(
 
     Args:
         input_path: The JSONL of completions (format in the module docstring).
-        output_path: Where to write the verdicts (written to a temporary file, then moved into place).
+        output_path: Where to write the verdicts (written to a temporary file, then moved into place); refused
+            (:class:`~lrmgym.files.OutputPathError`) if it is the input, a device or a directory.
         judge: One judge or a list, composed by weighted sum as in :class:`~lrmgym.judges.base.JudgedEnv`.
         env: The env whose verifier grades the completions first (``None``: use the records' ``score``).
 
@@ -119,6 +119,7 @@ def judge_file(
         Counts (records, groups, completions, gradeable, ungradeable), the mean score of the gradeable ones,
         each judge's counters, and the arena's metrics when an arena judge is present.
     """
+    out_path = check_output_file(output_path, inputs=[input_path], what="output")  # not the input, not a device
     records = read_records(Path(input_path))
     judges = check_judges(judge)
     groups: dict[str, list[tuple[int, int, str]]] = {}  # task id -> (record #, index in record, text)
@@ -143,12 +144,11 @@ def judge_file(
         for (r, i, _), verdict in zip(members, judged, strict=True):
             verdicts[(r, i)] = verdict
 
-    out_path = Path(output_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
     scores: list[float] = []
     ungradeable = 0
-    with tmp.open("w", encoding="utf-8") as fh:
+
+    def write(fh: Any) -> None:
+        nonlocal ungradeable
         for r, (number, task, texts, _) in enumerate(records):
             for i in range(len(texts)):
                 verdict = verdicts[(r, i)]
@@ -157,8 +157,9 @@ def judge_file(
                 else:
                     scores.append(verdict.score)
                 row = {"line": number, "task_id": task.id, "index": i, "verdict": verdict.to_dict()}
-                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    tmp.replace(out_path)
+                fh.write((json.dumps(row, ensure_ascii=False, default=str) + "\n").encode("utf-8", "surrogatepass"))
+
+    atomic_write(out_path, write)  # a unique temporary sibling, renamed into place: never half a file
     stats: dict[str, Any] = {
         "records": len(records),
         "groups": len(groups),

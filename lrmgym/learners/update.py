@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lrmgym.learners.common import adamw, check_trainable, derived_seed, usable_cpus
 from lrmgym.learners.loop import LoopConfig
@@ -55,7 +55,7 @@ class PolicyGradientConfig(LoopConfig):
     weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
     adam_betas: tuple[float, float] = (0.9, 0.99)
-    """AdamW betas."""
+    """AdamW betas (beta1, beta2), each in [0, 1)."""
     max_grad_norm: float | None = Field(1.0, gt=0.0)
     """Clip the gradient's global norm to this; None disables clipping."""
     epochs: int = Field(1, ge=1, le=64)
@@ -96,6 +96,13 @@ class PolicyGradientConfig(LoopConfig):
     the KL measures the drift since the last reset; None keeps the initial policy as the reference."""
     behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
     """Log-probs of the behaviour policy in the ratio: recomputed by the trainer, or the sampler's own."""
+
+    @field_validator("adam_betas")
+    @classmethod
+    def _check_betas(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError("AdamW betas must each be in [0, 1), e.g. [0.9, 0.99]")
+        return betas
 
     @model_validator(mode="after")
     def _check_ref_refresh(self) -> PolicyGradientConfig:

@@ -11,15 +11,17 @@ sampled turn (:meth:`HFPolicy.encode_reply`), so multi-turn contexts are grown a
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.core import Completion, Prompt
 from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.checkpoint import ModelFolderError, adapter_folder, model_folder, tokenizer_folder
 from lrmgym.policies.sampling import sample_batch, sequence_logprobs
 
 __all__ = ["HFPolicy", "HFPolicyConfig", "LoraSpec", "render_plain_chat"]
@@ -36,6 +38,15 @@ def render_plain_chat(messages: Sequence[dict[str, str]]) -> str:
     """
     lines = [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages]
     return "\n".join(lines) + "\nassistant: "
+
+
+def _safetensors_error() -> type[Exception]:
+    """The error safetensors raises for a corrupt weight file (a stand-in when safetensors is absent)."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return OSError
+    return SafetensorError
 
 
 def _check_n(n: Any) -> None:
@@ -295,14 +306,15 @@ class LoraSpec(BaseModel):
 
 
 class HFPolicyConfig(BaseModel):
-    """A transformers causal LM from a local folder (or a hub id when online)."""
+    """A transformers causal LM from a local folder (or a hub id already in the Hugging Face cache)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, protected_namespaces=())
 
     kind: Literal["hf"] = "hf"
     """Component kind."""
     model: str
-    """Local folder with config.json and weights, or a Hugging Face hub id (needs network)."""
+    """Local folder with config.json and weights, or a Hugging Face hub id already in the local cache (nothing is
+    downloaded at run time)."""
     tokenizer: str | None = None
     """Tokenizer folder or id; None uses `model`."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
@@ -321,38 +333,50 @@ class HFPolicyConfig(BaseModel):
     """Allow model code from the checkpoint (only for checkpoints you trust)."""
 
     def build(self) -> HFPolicy:
-        """Load the model and tokenizer and wrap them."""
+        """Check the folders (:mod:`lrmgym.policies.checkpoint`), then load the model and tokenizer and wrap them.
+
+        Nothing is downloaded: a hub id must already be in the Hugging Face cache.
+        """
+        folder = model_folder(self.model, trust_remote_code=self.trust_remote_code)
+        if self.tokenizer is None:
+            tokenizer_path = tokenizer_folder(self.model, field="policy.model")  # the model folder's own tokenizer
+        else:
+            tokenizer_path = tokenizer_folder(self.tokenizer)
+        if self.adapter is not None:
+            adapter_folder(self.adapter)  # before the model's weights are read
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        source = self.model
-        if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
-            raise FileNotFoundError(
-                f"policy.model={source!r} is not a folder. Point it at a folder with config.json and weights "
-                "(e.g. one written by save_pretrained), or use a hub id when online."
-            )
-        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, "local_files_only": True}
         if self.dtype != "auto":
             kwargs[dtype_kwarg()] = _DTYPES[self.dtype]
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(Path(source).expanduser()), **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(
-                str(Path(self.tokenizer or source).expanduser()), trust_remote_code=self.trust_remote_code
+                str(tokenizer_path), trust_remote_code=self.trust_remote_code, local_files_only=True
             )
-        except OSError as err:
-            raise OSError(
-                f"Could not load policy.model={source!r}: {err}. Without network access only local folders work."
+        except torch.OutOfMemoryError:
+            raise
+        except (OSError, ValueError, RuntimeError, pickle.UnpicklingError, _safetensors_error()) as err:
+            reason = " ".join(str(err).split())[:300]  # transformers' messages span lines; the CLI prints one
+            raise ModelFolderError(
+                f"Could not load policy.model={self.model!r} from {folder}: {reason}. Check that the folder is a "
+                "complete transformers causal LM (re-save it with save_pretrained)."
             ) from err
         model = self._with_adapter(model)
         return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
                         batch_size=self.batch_size)  # fmt: skip
 
-    def _with_adapter(self, model: Any) -> Any:
+    @model_validator(mode="after")
+    def _adapter_or_lora(self) -> HFPolicyConfig:
         if self.adapter is not None and self.lora is not None:
-            raise ValueError("Set policy.adapter (load a trained adapter) or policy.lora (a fresh one), not both.")
+            raise ValueError("set policy.adapter (load a trained adapter) or policy.lora (a fresh one), not both")
+        return self
+
+    def _with_adapter(self, model: Any) -> Any:
         if self.adapter is not None:
             from peft import PeftModel
 
-            return PeftModel.from_pretrained(model, str(Path(self.adapter).expanduser()), is_trainable=True)
+            return PeftModel.from_pretrained(model, str(adapter_folder(self.adapter)), is_trainable=True)
         if self.lora is not None:
             from peft import LoraConfig, get_peft_model
 

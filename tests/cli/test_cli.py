@@ -45,7 +45,7 @@ def test_envs_sample_is_deterministic_and_json():
         (("envs", "show", "Ecoh-v0"), "Error: Unknown environment id 'Ecoh-v0'. Did you mean 'lrmgym/Echo-v0'?"),
         (
             ("envs", "sample", "Echo-v0", "words=0"),
-            "Error: env.words: invalid value 0: expected greater than or equal to 1.",
+            "Error: env.words: invalid value 0: expected an integer from 1 to 50.",
         ),
         (
             ("envs", "sample", "Echo-v0", "wrds=2"),

@@ -71,15 +71,17 @@ def test_without_an_env_the_records_score_is_the_verifiable_reward(tmp_path):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("", "has no records; expected one JSON object per line."),
-        ('{"prompt": "p"\n', "in.jsonl line 1: not valid JSON (Expecting ',' delimiter at column 15)."),
-        ("[1, 2]\n", "in.jsonl line 1: expected a JSON object, got list."),
+        ("", "in.jsonl: the file is empty (no JSON lines). Give a JSONL file: one JSON object per line."),
+        ('{"prompt": "p"\n',
+         "in.jsonl:1: not valid JSON (Expecting ',' delimiter at column 15). Each line must be one complete JSON "
+         "object; fix or remove this line."),
+        ("[1, 2]\n", "in.jsonl:1: expected a JSON object, got list."),
         ('\n{"prompt": "p"}\n',
-         "in.jsonl line 2: expected a 'completion' string or a 'completions' list, got keys ['prompt']."),
-        ('{"prompt": "p", "completions": []}\n', "in.jsonl line 1: 'completions' must be a non-empty list of strings."),
+         "in.jsonl:2: expected a 'completion' string or a 'completions' list, got keys ['prompt']."),
+        ('{"prompt": "p", "completions": []}\n', "in.jsonl:1: 'completions' must be a non-empty list of strings."),
         ('{"prompt": 3, "completion": "x"}\n',
-         "in.jsonl line 1: 'prompt' must be a string or a list of chat messages."),
-        ('{"prompt": "p", "completion": "x", "metadata": 1}\n', "in.jsonl line 1: 'metadata' must be a JSON object."),
+         "in.jsonl:1: 'prompt' must be a string or a list of chat messages."),
+        ('{"prompt": "p", "completion": "x", "metadata": 1}\n', "in.jsonl:1: 'metadata' must be a JSON object."),
     ],
 )  # fmt: skip
 def test_bad_input_names_the_line(tmp_path, content, message):

@@ -37,3 +37,13 @@ def test_minibatches_cannot_exceed_trajectories():
     msg = "minibatches=9 exceeds the trajectories per step (prompts_per_step x group_size = 8); lower minibatches."
     with pytest.raises(ValidationError, match=re.escape(msg)):
         GRPOConfig(prompts_per_step=4, group_size=2, minibatches=9)
+
+
+def test_adam_betas_outside_0_1_are_refused_with_the_range():
+    import re
+
+    from lrmgym.configs.resolve import ConfigError, resolve
+
+    message = "learner.adam_betas: invalid value [1.5, 0.9]: AdamW betas must each be in [0, 1), e.g. [0.9, 0.99]."
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve(["env=echo", "policy=mock", "learner.adam_betas=[1.5,0.9]"])

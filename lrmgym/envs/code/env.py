@@ -89,7 +89,11 @@ class CodeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_source(self) -> CodeConfig:
-        if self.source not in _NAMED_SOURCES and not Path(self.source).expanduser().is_file():
+        source = Path(self.source).expanduser()
+        if self.source not in _NAMED_SOURCES and source.exists() and not source.is_file():
+            kind = "a folder" if source.is_dir() else "not a regular file (a device or pipe such as /dev/null)"
+            raise ValueError(f"source {self.source!r} is {kind}; give the path to a JSONL file of code tasks")
+        if self.source not in _NAMED_SOURCES and not source.is_file():
             raise ValueError(
                 f"source {self.source!r} is neither one of {', '.join(_NAMED_SOURCES)} nor an existing file; "
                 "give a named source or the path to a JSONL file of code tasks"
@@ -107,7 +111,7 @@ class CodeConfig(BaseModel):
         return Limits(timeout_s=self.timeout_s, memory_mb=self.memory_mb, output_bytes=self.output_bytes)
 
 
-_DATA_CACHE: dict[tuple[str, str], list[CodeTask]] = {}
+_DATA_CACHE: dict[tuple[Any, ...], list[CodeTask]] = {}
 _DATA_LOCK = threading.Lock()
 
 
@@ -119,7 +123,8 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
         path = base / "mbpp" / "mbpp.jsonl"
     else:
         path = Path(config.source).expanduser()
-    key = (str(path.resolve()), config.split)
+    stat = path.stat() if path.is_file() else None
+    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size))
     with _DATA_LOCK:
         if key not in _DATA_CACHE:
             if config.source == "humaneval":
@@ -159,6 +164,15 @@ class CodeEnv(TextEnv):
     """
 
     Config = CodeConfig
+
+    @classmethod
+    def preflight(cls, config: CodeConfig) -> None:
+        """Read a JSONL task file when the config is resolved, so that a bad file stops a run before it starts.
+
+        The tasks are cached for the env. HumanEval and MBPP are read only when the env is made.
+        """
+        if config.source not in _NAMED_SOURCES:
+            _load_tasks(config)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -410,6 +410,7 @@ def load_humaneval(path: Path) -> list[CodeTask]:
     for lineno, row in _read_jsonl(path):
         where = f"{path}:{lineno}"
         _require(row, ("task_id", "prompt", "entry_point", "test"), where)
+        _require_text(row, ("prompt", "entry_point", "test"), where)
         tasks.append(_humaneval_task(row, where))
     return tasks
 
@@ -456,8 +457,11 @@ def load_mbpp(path: Path) -> list[CodeTask]:
     for lineno, row in _read_jsonl(path):
         where = f"{path}:{lineno}"
         _require(row, ("task_id", "text", "code", "test_list"), where)
-        tests = list(row["test_list"])
-        units = [_joined(split_tests(t, f"{where} test {i}")) for i, t in enumerate(tests)]
+        _require_text(row, ("text", "code"), where)
+        tests = row["test_list"]
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+            raise DataError(f"{where}: 'test_list' must be a non-empty list of assert strings.")
+        units = [_joined(split_tests(t, f"{where} test {i}")) for i, t in enumerate(tests, 1)]
         _require_a_test(units, where, "test_list")
         text = row["text"].strip() + "\nYour code should pass these tests:\n" + "\n".join(tests)
         tasks.append(
@@ -513,6 +517,10 @@ def load_jsonl(path: Path) -> list[CodeTask]:
     for lineno, row in _read_jsonl(path):
         where = f"{path}:{lineno}"
         _require(row, ("prompt",), where)
+        _require_text(row, ("prompt",), where)
+        for name in ("id", "entry_point", "setup", "solution"):
+            if row.get(name) is not None and not isinstance(row[name], (str, int) if name == "id" else str):
+                raise DataError(f"{where}: '{name}' must be {'a string or a number' if name == 'id' else 'a string'}.")
         has_tests, has_stdio = "tests" in row, "stdio" in row
         if has_tests == has_stdio:
             raise DataError(f"{where}: give exactly one of 'tests' (assert code) or 'stdio' (stdin/stdout cases).")
@@ -540,7 +548,7 @@ def load_jsonl(path: Path) -> list[CodeTask]:
                 id=str(row.get("id", f"{path.stem}/{lineno - 1}")),
                 text=row["prompt"],
                 units=tuple(units),
-                prelude=row.get("setup", ""),
+                prelude=row.get("setup") or "",
                 bind={"candidate": entry} if entry else {},
                 entry_point=entry,
                 cases=tuple(cases),
@@ -548,8 +556,6 @@ def load_jsonl(path: Path) -> list[CodeTask]:
                 source=str(path),
             )
         )
-    if not tasks:
-        raise DataError(f"{path}: the file holds no tasks.")
     return tasks
 
 
@@ -576,7 +582,7 @@ def _is_case(c: Any) -> bool:
 
 # --------------------------------------------------------------------------------------------------- helpers
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    if not path.is_file():
+    if not path.exists():
         raise DataError(
             f"Task file not found: {path}. Set LRMGYM_SHARED_DATA to the folder holding the data sets, "
             "or pass source=<path to a .jsonl file>."
@@ -587,4 +593,13 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def _require(row: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
     missing = [k for k in keys if k not in row]
     if missing:
-        raise DataError(f"{where}: missing field(s) {', '.join(missing)}.")
+        raise DataError(f"{where}: missing field(s) {', '.join(missing)}; it has {', '.join(sorted(row)) or 'none'}.")
+
+
+def _require_text(row: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    """Refuse a field that is not a non-empty string (``null``, a number, a list...)."""
+    for key in keys:
+        value = row[key]
+        if not isinstance(value, str) or not value.strip():
+            shown = "null" if value is None else "empty" if isinstance(value, str) else type(value).__name__
+            raise DataError(f"{where}: field {key!r} is {shown}; expected a non-empty string.")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lrmgym.envs._jsonl import iter_lines
 from lrmgym.envs.game24.solver import analyse
 
 __all__ = ["HeldOutPuzzle", "PuzzlePool", "default_data_path", "load_held_out", "puzzle_pool", "sample_puzzle"]
@@ -58,10 +59,11 @@ def load_held_out(path: str | os.PathLike | None = None) -> tuple[HeldOutPuzzle,
 
     Raises:
         FileNotFoundError: The file is absent; the message names the path and how to point to the file.
-        ValueError: The file is not in the ToT format; the message names the line.
+        ValueError: The path is a folder or a device, or the file is not in the ToT format (the message names
+            the line), or it has a line over 1 MiB.
     """
     resolved = Path(path).expanduser() if path is not None else default_data_path()
-    if not resolved.is_file():
+    if not resolved.exists():
         raise FileNotFoundError(
             f"The Game24 test split needs the ToT puzzle file, not found at {resolved}. Set LRMGYM_SHARED_DATA to the "
             "folder that holds game24/24.csv, or pass data_path='/path/to/24.csv' to the env."
@@ -72,13 +74,21 @@ def load_held_out(path: str | os.PathLike | None = None) -> tuple[HeldOutPuzzle,
 
 @lru_cache(maxsize=4)
 def _load(path: str, mtime_ns: int, size: int) -> tuple[HeldOutPuzzle, ...]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
-    if not rows or rows[0] != _HEADER:
+    rows = []
+    for line, text in iter_lines(Path(path), ValueError):  # bounded: a huge line is refused, never read whole
+        if not text.strip():
+            continue
+        try:
+            rows.append((line, next(csv.reader([text]))))
+        except csv.Error as err:
+            raise ValueError(f"{path}:{line}: not a CSV row ({err}).") from None
+    if not rows or rows[0][1] != _HEADER:
+        got = rows[0][1] if rows else "an empty file"
         raise ValueError(
-            f"{path}: expected the ToT 24.csv header {_HEADER}, got {rows[0] if rows else 'an empty file'}."
+            f"{path}:{rows[0][0] if rows else 1}: expected the ToT 24.csv header {_HEADER}, got {got}. "
+            "Point data_path at the Tree-of-Thoughts 24.csv."
         )
-    puzzles = [_parse_row(path, line, row) for line, row in enumerate(rows[1:], start=2) if row]
+    puzzles = [_parse_row(path, line, row) for line, row in rows[1:]]
     if not puzzles:
         raise ValueError(f"{path}: the file has a header but no puzzles.")
     return tuple(sorted(puzzles, key=lambda p: p.rank))
@@ -97,7 +107,7 @@ def _parse_row(path: str, line: int, row: list[str]) -> HeldOutPuzzle:
         )
     except (ValueError, IndexError) as err:
         raise ValueError(
-            f"{path}, line {line}: cannot read {','.join(row)!r} as 'rank,n1 n2 n3 n4,seconds,rate%,...' ({err})."
+            f"{path}:{line}: cannot read {','.join(row)!r} as 'rank,n1 n2 n3 n4,seconds,rate%,...' ({err})."
         ) from None
 
 

@@ -152,6 +152,12 @@ class Game24Env(TextEnv):
 
     Config = Game24Config
 
+    @classmethod
+    def preflight(cls, config: Game24Config) -> None:
+        """Read an explicit ``data_path`` when the config is resolved, so that a bad file stops a run early."""
+        if config.data_path is not None and (config.split == "test" or config.held_out_ranks is not None):
+            load_held_out(config.data_path)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         cfg: Game24Config = self.config

@@ -33,7 +33,12 @@ class MathConfig(BaseModel):
     """'procedural' (infinite generator), 'gsm8k', 'math500', or a local JSONL/JSON/parquet file or HF dataset
     folder."""
     split: Literal["train", "test"] = "train"
-    """'train' or 'test': procedural = a hash partition (1 in 10 is test); data sets = their own split files."""
+    """'train' or 'test': procedural = a hash partition (1 in 10 is test); gsm8k / math500 = their own split
+    files; a local file = the items whose content hash puts them on that side (see test_fraction)."""
+    test_fraction: float = Field(0.1, ge=0.0, le=1.0)
+    """For a local file source: the share of its items held out as the test split, chosen by the SHA-256 of each
+    item's question (whitespace-normalised), never by position, so a held-out item is never trained on and copies
+    of a question stay together. 1.0 puts the whole file in 'test' (an evaluation file), 0.0 in 'train'."""
     difficulty: int | list[int] = 1
     """Procedural difficulty level 1-5, or a list of levels drawn uniformly per task (e.g. [1, 2, 3])."""
     template: Literal["plain", "boxed", "r1"] = "r1"
@@ -70,10 +75,16 @@ class MathConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_source(self) -> MathConfig:
-        if self.source not in _NAMED_SOURCES and not Path(self.source).expanduser().exists():
+        source = Path(self.source).expanduser()
+        if self.source not in _NAMED_SOURCES and not source.exists():
             raise ValueError(
                 f"source {self.source!r} is neither one of {', '.join(_NAMED_SOURCES)} nor an existing file or "
                 "folder; give a named source or the path to a JSONL / parquet / HF dataset"
+            )
+        if self.source not in _NAMED_SOURCES and not (source.is_file() or source.is_dir()):
+            raise ValueError(
+                f"source {self.source!r} is not a regular file (a device or pipe such as /dev/null holds no data); "
+                "give the path to a JSONL / JSON / parquet file or a HF dataset folder"
             )
         if self.source == "math500" and self.split != "test":
             raise ValueError("source 'math500' has only the 'test' split; set split: test")
@@ -90,20 +101,14 @@ _DATA_LOCK = threading.Lock()
 
 
 def _load_items(config: MathConfig) -> list[loaders.Item]:
-    """The data-set items of a non-procedural config, read once per file version per process."""
+    """The data-set items of a non-procedural config (a local file: those of its split), read once per file."""
     if config.source in ("gsm8k", "math500"):
         path = loaders.resolve_builtin(config.source, config.split, config.data_dir)
     else:
         path = Path(config.source).expanduser()
     stat = os.stat(path)
-    key = (
-        str(path.resolve()),
-        stat.st_mtime_ns,
-        config.source,
-        config.split,
-        config.question_field,
-        config.answer_field,
-    )
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, config.source, config.question_field,
+           config.answer_field, config.split, config.test_fraction)  # fmt: skip
     with _DATA_LOCK:
         if key not in _DATA_CACHE:
             if config.source == "gsm8k":
@@ -111,11 +116,24 @@ def _load_items(config: MathConfig) -> list[loaders.Item]:
             elif config.source == "math500":
                 items = loaders.load_math(path, config.split, source="math500")
             else:
-                items = loaders.load_records(path, config.split, config.question_field, config.answer_field)
+                items = _local_split(path, config)
             if not items:
                 raise loaders.DataError(f"{path} holds no items.")
             _DATA_CACHE[key] = items
         return _DATA_CACHE[key]
+
+
+def _local_split(path: Path, config: MathConfig) -> list[loaders.Item]:
+    everything = loaders.load_records(path, config.split, config.question_field, config.answer_field)
+    items = [i for i in everything if loaders.hash_split(i.question, config.test_fraction) == config.split]
+    if everything and not items:
+        other = "raise" if config.split == "test" else "lower"
+        raise loaders.DataError(
+            f"{path}: none of its {len(everything)} items falls in the {config.split!r} split (test_fraction="
+            f"{config.test_fraction} of a content hash); {other} env.test_fraction, or give that split its own "
+            f"file (test_fraction=1.0 makes a whole file the test split)."
+        )
+    return items
 
 
 class MathEnv(TextEnv):
@@ -135,6 +153,15 @@ class MathEnv(TextEnv):
     """
 
     Config = MathConfig
+
+    @classmethod
+    def preflight(cls, config: MathConfig) -> None:
+        """Read a local data file when the config is resolved, so that a bad file stops a run before it starts.
+
+        The items are cached for the env. Named data sets are read only when the env is made.
+        """
+        if config.source not in _NAMED_SOURCES:
+            _load_items(config)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -14,15 +14,14 @@ The default location of the bundled-by-reference copies is ``$LRMGYM_DATA_DIR``,
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrmgym.envs._jsonl import iter_jsonl
+from lrmgym.envs._jsonl import check_file, iter_jsonl, read_json
 from lrmgym.envs.math.extract import braced
 
 __all__ = [
@@ -30,11 +29,13 @@ __all__ = [
     "DataError",
     "default_data_dir",
     "gsm8k_answer",
+    "hash_split",
     "last_boxed",
     "load_gsm8k",
     "load_math",
     "load_records",
     "read_records",
+    "read_rows",
     "resolve_builtin",
 ]
 
@@ -95,72 +96,111 @@ def resolve_builtin(source: str, split: str, data_dir: str | Path | None = None)
 
 
 # --------------------------------------------------------------------------------------------------- readers
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    return (row for _, row in iter_jsonl(path, DataError))
+Row = tuple[str, dict[str, Any]]
+"""One record and where it is, for messages: ``"path:LINE"`` (JSONL) or ``"path row N"`` (1-based)."""
 
 
-def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
+def _numbered(path: Path, rows: Any) -> list[Row]:
+    out = []
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise DataError(f"{path} row {number}: expected an object (a mapping of fields), got {type(row).__name__}.")
+        out.append((f"{path} row {number}", row))
+    return out
+
+
+def _read_parquet(path: Path) -> list[Row]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise DataError(f"Reading {path} needs pyarrow: pip install pyarrow") from None
-    yield from pq.read_table(path).to_pylist()
+    try:
+        return _numbered(path, pq.read_table(path).to_pylist())
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path}: not a readable parquet file ({err}). Re-create it, or give a JSONL file.") from None
 
 
-def _read_hf_folder(path: Path) -> Iterator[dict[str, Any]]:
+def _read_hf_folder(path: Path) -> list[Row]:
     try:
         import datasets
     except ImportError:
         raise DataError(
             f"{path} looks like a Hugging Face dataset folder; reading it needs: pip install datasets"
         ) from None
-    loaded = datasets.load_from_disk(str(path))
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path}: not a readable dataset saved with save_to_disk ({err}).") from None
     if isinstance(loaded, datasets.DatasetDict):
         raise DataError(
             f"{path} holds several splits ({', '.join(loaded)}); point source at one of them, "
             f"e.g. {path / next(iter(loaded))}."
         )
-    for row in loaded:
-        yield dict(row)
+    return _numbered(path, (dict(row) for row in loaded))
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a local JSONL / JSONL.gz / JSON list / parquet file or HF ``save_to_disk`` folder."""
+def read_rows(path: str | Path) -> list[Row]:
+    """``(where, row)`` for every record of a local JSONL / JSONL.gz / JSON list / parquet file or HF folder.
+
+    Files are read through :mod:`lrmgym.envs._jsonl` (size caps per line and per file, clear errors).
+    """
     path = Path(path).expanduser()
     if not path.exists():
         raise DataError(f"Data file {path} does not exist. Check the path (source=...).")
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
-            return list(_read_hf_folder(path))
-        raise DataError(f"{path} is a folder but not a Hugging Face dataset saved with save_to_disk.")
+            return _read_hf_folder(path)
+        raise DataError(
+            f"{path} is a folder but not a Hugging Face dataset saved with save_to_disk. Point source at a "
+            ".jsonl, .json or .parquet file."
+        )
+    check_file(path, DataError)
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
-        return list(_read_jsonl(path))
+        return [(f"{path}:{line}", row) for line, row in iter_jsonl(path, DataError)]
     if name.endswith(".parquet"):
-        return list(_read_parquet(path))
+        return _read_parquet(path)
     if name.endswith(".json"):
-        with open(path, encoding="utf-8") as handle:
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}: not valid JSON ({exc.msg}).") from None
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise DataError(f"{path}: expected a JSON list of objects.")
-        return data
+        data = read_json(path, DataError)
+        if not isinstance(data, list):
+            raise DataError(f"{path}: expected a JSON list of objects, got {type(data).__name__}.")
+        return _numbered(path, data)
     raise DataError(
         f"Unsupported data file {path}: expected .jsonl, .jsonl.gz, .json, .parquet or a HF dataset folder."
     )
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """All rows of a local data file (see :func:`read_rows`), without their positions."""
+    return [row for _, row in read_rows(path)]
+
+
+def _text(row: dict[str, Any], name: str, where: str, fix: str) -> str:
+    """Field ``name`` of a row as a non-empty string (a number is written as text); anything else is refused."""
+    if name not in row:
+        raise DataError(f"{where}: missing field {name!r}; it has {sorted(row)}. {fix}")
+    value = row[name]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        shown = "null" if value is None else type(value).__name__
+        raise DataError(f"{where}: field {name!r} is {shown}; expected text (or a number). {fix}")
+    text = str(value).strip()
+    if not text:
+        raise DataError(f"{where}: field {name!r} is empty. {fix}")
+    return text
 
 
 # --------------------------------------------------------------------------------------------------- answers
 _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}\b)")
 
 
-def gsm8k_answer(rationale: str) -> str:
+def gsm8k_answer(rationale: str, where: str = "GSM8K answer") -> str:
     """The gold of a GSM8K rationale: the text after the last ``####``, thousands commas removed."""
     if "####" not in rationale:
-        raise DataError(f"GSM8K answer has no '####' line: {rationale[-80:]!r}")
-    return _THOUSANDS_RE.sub("", rationale.split("####")[-1].strip())
+        raise DataError(f"{where}: the answer has no '####' line: {rationale[-80:]!r}.")
+    gold = _THOUSANDS_RE.sub("", rationale.split("####")[-1].strip())
+    if not gold:
+        raise DataError(f"{where}: nothing follows the answer's '####'; write the final answer after it.")
+    return gold
 
 
 def last_boxed(text: str) -> str | None:
@@ -177,18 +217,14 @@ def last_boxed(text: str) -> str | None:
 def load_gsm8k(path: str | Path, split: str) -> list[Item]:
     """GSM8K items of one file; metadata keeps the worked rationale with the ``<<...>>`` annotations removed."""
     items = []
-    for index, row in enumerate(read_records(path)):
-        try:
-            question, rationale = str(row["question"]), str(row["answer"])
-        except KeyError as exc:
-            raise DataError(
-                f"{path} row {index}: missing field {exc.args[0]!r} (GSM8K rows have 'question' and 'answer')."
-            ) from None
+    fix = "GSM8K rows have a 'question' and an 'answer' that ends in '#### <number>'."
+    for index, (where, row) in enumerate(read_rows(path)):
+        question, rationale = _text(row, "question", where, fix), _text(row, "answer", where, fix)
         reference = re.sub(r"<<[^>]*>>", "", rationale.split("####")[0]).strip()
         items.append(
             Item(
                 question,
-                gsm8k_answer(rationale),
+                gsm8k_answer(rationale, where),
                 {"source": "gsm8k", "split": split, "index": index, "reference_solution": reference},
             )
         )
@@ -198,14 +234,17 @@ def load_gsm8k(path: str | Path, split: str) -> list[Item]:
 def load_math(path: str | Path, split: str, source: str = "math") -> list[Item]:
     """MATH / MATH-500 items: the ``answer`` field, else the last boxed answer of ``solution``."""
     items = []
-    for index, row in enumerate(read_records(path)):
-        if "problem" not in row:
-            raise DataError(f"{path} row {index}: missing field 'problem' (MATH rows have 'problem' and 'solution').")
+    fix = "MATH rows have a 'problem' and an 'answer', or a 'solution' with a \\boxed{} answer."
+    for index, (where, row) in enumerate(read_rows(path)):
+        problem = _text(row, "problem", where, fix)
         answer = row.get("answer")
-        if answer is None or str(answer).strip() == "":
-            answer = last_boxed(str(row.get("solution", "")))
-        if answer is None:
-            raise DataError(f"{path} row {index}: no 'answer' field and no \\boxed{{}} in 'solution'.")
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            solution = row.get("solution")
+            answer = last_boxed(solution) if isinstance(solution, str) else None
+            if answer is None:
+                raise DataError(f"{where}: no 'answer' field and no \\boxed{{}} in 'solution'. {fix}")
+        else:
+            answer = _text(row, "answer", where, fix)
         level = row.get("level")
         if isinstance(level, str) and level.startswith("Level "):
             level = level.removeprefix("Level ")
@@ -218,27 +257,41 @@ def load_math(path: str | Path, split: str, source: str = "math") -> list[Item]:
             "unique_id": row.get("unique_id"),
             "reference_solution": row.get("solution"),
         }
-        items.append(Item(str(row["problem"]), str(answer).strip(), metadata))
+        items.append(Item(problem, str(answer).strip(), metadata))
     return items
 
 
 def load_records(path: str | Path, split: str, question_field: str, answer_field: str) -> list[Item]:
-    """Items of any local file with the given fields. A ``####`` answer is read GSM8K-style."""
+    """Items of any local file with the given fields. A ``####`` answer is read GSM8K-style.
+
+    ``split`` is only recorded in the metadata; :func:`hash_split` chooses the items of a split.
+    """
     items = []
-    for index, row in enumerate(read_records(path)):
+    fix = "Set question_field / answer_field (env.question_field=... on the command line) to the fields that hold them."
+    for index, (where, row) in enumerate(read_rows(path)):
         missing = [f for f in (question_field, answer_field) if f not in row]
         if missing:
-            raise DataError(
-                f"{path} row {index}: missing field(s) {missing}; it has {sorted(row)}. "
-                "Set question_field / answer_field to the right names."
-            )
-        answer = str(row[answer_field])
+            raise DataError(f"{where}: missing field(s) {missing}; it has {sorted(row)}. {fix}")
+        question = _text(row, question_field, where, "Give every row its question, or drop the row.")
+        answer = _text(row, answer_field, where, "Give every row its gold answer, or drop the row.")
         if "####" in answer:
-            answer = gsm8k_answer(answer)
+            answer = gsm8k_answer(answer, where)
         elif "\\boxed" in answer and (boxed := last_boxed(answer)) is not None:
             answer = boxed
         meta = {"source": str(path), "split": split, "index": index}
         if "level" in row:
             meta["difficulty"] = row["level"]
-        items.append(Item(str(row[question_field]), answer.strip(), meta))
+        items.append(Item(question, answer.strip(), meta))
     return items
+
+
+# --------------------------------------------------------------------------------------------------- splits
+def hash_split(question: str, test_fraction: float) -> str:
+    """``"test"`` or ``"train"`` for an item, from the SHA-256 of its question (whitespace-normalised).
+
+    The item is in the test split when the first 8 bytes of the hash, read as a fraction of 2**64, are below
+    ``test_fraction``; so an item's split depends on its own content only, never on its position or on the other
+    items, and copies of one question fall on the same side.
+    """
+    digest = hashlib.sha256(" ".join(question.split()).encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") < test_fraction * 2**64 else "train"

@@ -211,7 +211,7 @@ def test_missing_file_names_the_path_and_the_fix(tmp_path):
 @pytest.mark.parametrize(
     ("row", "msg"),
     [
-        ({"tests": "assert True"}, "missing field(s) prompt."),
+        ({"tests": "assert True"}, "missing field(s) prompt; it has tests."),
         ({"prompt": "p"}, "give exactly one of 'tests' (assert code) or 'stdio' (stdin/stdout cases)."),
         ({"prompt": "p", "tests": "x = 1"}, "'tests' contains no assert statement, so nothing could fail."),
         ({"prompt": "p", "tests": ["x = 1", "y = 2"]}, "'tests' contains no assert statement, so nothing could fail."),

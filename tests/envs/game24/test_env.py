@@ -386,7 +386,7 @@ def test_malformed_data_files_are_reported_with_their_line(tmp_path):
         "Rank,Puzzles,AMT (s),Solved rate,1-sigma Mean (s),1-sigma STD (s)\n"
         "1,1 1 4 6,4.4,99.20%,4.67,1.48\n2,1 x,1,1%,1,1\n"
     )
-    message = f"{bad_row}, line 3: cannot read '2,1 x,1,1%,1,1' as 'rank,n1 n2 n3 n4,seconds,rate%,...'"
+    message = f"{bad_row}:3: cannot read '2,1 x,1,1%,1,1' as 'rank,n1 n2 n3 n4,seconds,rate%,...'"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         load_held_out(bad_row)
 

@@ -169,7 +169,9 @@ def test_local_jsonl_with_custom_fields(tmp_path):
     path = _write_jsonl(
         tmp_path / "mine.jsonl", [{"q": "1+1?", "a": "2"}, {"q": "half of 1?", "a": "\\boxed{\\frac12}"}]
     )
-    env = MathEnv(source=str(path), question_field="q", answer_field="a", order="sequential", template="boxed")
+    env = MathEnv(
+        source=str(path), question_field="q", answer_field="a", order="sequential", template="boxed", test_fraction=0.0
+    )
     assert env.num_items == 2
     tasks = [env.task_at(i, seed=0) for i in range(3)]
     assert [t.answer for t in tasks] == ["2", "\\frac12", "2"]
@@ -192,15 +194,15 @@ def test_local_gzip_parquet_and_hf_folder(tmp_path):
     hf = tmp_path / "hf"
     datasets.Dataset.from_list(rows).save_to_disk(str(hf))
     for path in (gz, pq, hf):
-        env = MathEnv(source=str(path), order="sequential")
+        env = MathEnv(source=str(path), order="sequential", test_fraction=0.0)
         assert [env.task_at(i, seed=0).answer for i in range(3)] == ["2", "1200", "14"], path
 
 
 def test_data_errors_are_clear(tmp_path):
     path = _write_jsonl(tmp_path / "bad.jsonl", [{"problem": "x", "answer": "1"}])
     msg = (
-        f"{path} row 0: missing field(s) ['question']; it has ['answer', 'problem']. "
-        "Set question_field / answer_field to the right names."
+        f"{path}:1: missing field(s) ['question']; it has ['answer', 'problem']. "
+        "Set question_field / answer_field (env.question_field=... on the command line) to the fields that hold them."
     )
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         MathEnv(source=str(path))

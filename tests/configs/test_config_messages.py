@@ -1,0 +1,85 @@
+"""Config messages: finite numbers, full ranges, close-only suggestions, list items as [i], no crash on odd kinds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lrmgym.configs.errors import LIST_AT_MOST, allowed, did_you_mean
+from lrmgym.configs.resolve import ConfigError, resolve
+
+BASE = ("env=echo", "policy=mock")
+
+
+def fail(*tokens):
+    with pytest.raises(ConfigError) as err:
+        resolve((*BASE, *tokens))
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("learner.lr=nan", "learner.lr: invalid value nan: must be finite (a number > 0 and <= 1)."),
+        ("learner.lr=.nan", "learner.lr: invalid value nan: must be finite (a number > 0 and <= 1)."),
+        ("learner.temperature=inf", "learner.temperature: invalid value inf: must be finite (a number > 0 and <= 10)."),
+        ("learner.time_budget_s=-.inf", "learner.time_budget_s: invalid value -inf: must be finite (a number > 0)."),
+        ("learner.adam_betas=[.nan,0.9]", "learner.adam_betas[0]: invalid value nan: must be finite."),
+        ("judge.accuracy.weight=.inf", "judge.accuracy.weight: invalid value inf: must be finite."),
+    ],
+)
+def test_nan_and_inf_must_be_finite(token, message):
+    extra = ("judge=accuracy",) if token.startswith("judge.") else ()
+    assert fail(*extra, token) == message
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1e9", "10000001"])
+def test_learner_steps_states_its_limits(value):
+    assert fail(f"learner.steps={value}").endswith(": expected an integer from 1 to 10000000.")
+
+
+def test_a_wrong_type_also_states_the_range():
+    assert fail("learner.steps=many") == (
+        "learner.steps: invalid value 'many': expected a valid integer, unable to parse string as an integer "
+        "(an integer from 1 to 10000000)."
+    )
+
+
+def test_a_long_key_list_is_not_spelled_out_only_close_names():
+    message = fail("learner.lrr=1")
+    assert re.fullmatch(
+        r"learner\.lrr: unknown key \(value 1\)\. Did you mean 'lr'\? `lrmgym config show` shows all \d+ keys of "
+        r"learner with their values\.",
+        message,
+    )
+    assert "adam_betas" not in message
+    assert "Did you mean" not in fail("learner.zzzzzz=1")
+    assert fail("learner.zzzzzz=1").startswith("learner.zzzzzz: unknown key (value 1). No allowed name is close to it.")
+
+
+def test_suggestions_need_a_close_match():
+    assert did_you_mean("words", ["order", "template"]) == ""
+    assert did_you_mean("Wrds", ["words", "order"]) == " Did you mean 'words'?"
+    many = [f"option_{i}" for i in range(LIST_AT_MOST + 1)]
+    assert allowed("option_10x", many, "see {n}") == ". Did you mean 'option_10'? see 11."
+    assert allowed("w", ["words"], "unused") == "; allowed: words."
+
+
+@pytest.mark.parametrize("value", ["[1]", "{a: 1}", "[]"])
+def test_an_unhashable_kind_is_a_config_error(value):
+    assert fail(f"policy.kind={value}").startswith("policy.kind: unknown kind ")
+    assert fail("judge=format_strict", f"judge.format_strict.kind={value}").startswith(
+        "judge.format_strict.kind: unknown kind "
+    )
+
+
+def test_dev_null_as_a_data_source():
+    with pytest.raises(ConfigError) as err:
+        resolve(("env=math", "policy=mock", "env.source=/dev/null"))
+    assert str(err.value) == (
+        "env: source '/dev/null' is not a regular file (a device or pipe such as /dev/null holds no data); give the "
+        "path to a JSONL / JSON / parquet file or a HF dataset folder."
+    )
+    with pytest.raises(ConfigError, match=r"^env: source '/dev/null' is not a regular file \(a device or pipe"):
+        resolve(("env=code", "policy=mock", "env.source=/dev/null"))
