@@ -291,9 +291,12 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
             )
         cfg, raw = _load_saved(resume_dir)
         try:
-            changed = check_config(raw, cfg.to_dict(), (read_run_record(resume_dir) or {}).get("config"))
+            record = read_run_record(resume_dir)
+            changed, notes = check_config(raw, cfg.to_dict(), record["config"] if record else None)
         except ResumeConfigError as err:
             raise UserError(str(err)) from None
+        for note in notes:
+            click.echo(note)
         if changed:
             click.echo(f"resuming with changed {', '.join(changed)} (as config.yaml now says)")
     else:

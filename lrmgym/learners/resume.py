@@ -98,36 +98,50 @@ def read_run_record(run_dir: Path) -> dict[str, Any] | None:
     return record
 
 
-def check_config(raw: dict[str, Any], resolved: dict[str, Any], recorded: dict[str, Any] | None) -> list[str]:
-    """Refuse a ``config.yaml`` that no longer describes the run; returns the keys it (legitimately) changed.
+def check_config(
+    raw: dict[str, Any], resolved: dict[str, Any], recorded: dict[str, Any] | None
+) -> tuple[list[str], list[str]]:
+    """Refuse a ``config.yaml`` that no longer describes the run; else ``(keys changed, notes to print)``.
 
     ``raw`` is ``config.yaml`` as read, ``resolved`` what it resolves to now, ``recorded`` the config the run
-    was started or last resumed with (``run.json``; None skips that comparison).
+    was started or last resumed with (``run.json``). Options this version has and the run's record lacks (a newer
+    lrmgym) take their defaults, with a note; a run made before ``run.json`` was kept is checked for missing keys
+    only, and those get a note rather than a refusal (its config may predate them).
     """
     now = flatten(json.loads(json.dumps(resolved, default=str)))  # as run.json holds it: tuples are lists
     have = flatten(raw)
-    missing = [k for k in now if k not in have and not any(h.startswith(k + ".") for h in have)]
-    if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise ResumeConfigError(
-            f"--resume: config.yaml lacks {shown}; `lrmgym run` writes every key, and a resume would fill the gaps "
-            "with defaults the run was not trained with. Restore the keys (run.json in the run directory holds "
-            "the config the run was started with)."
-        )
+
+    def written(key: str) -> bool:
+        return key in have or any(h.startswith(key + ".") for h in have)
+
     if recorded is None:
-        return []
+        missing = [k for k in now if not written(k)]
+        note = f"config.yaml lacks {_some(missing)}; resuming with their defaults (the run keeps no run.json)."
+        return [], [note] if missing else []
     before = flatten(recorded)
-    changed = sorted(k for k in set(now) | set(before) if now.get(k, "<absent>") != before.get(k, "<absent>"))
+    missing = [k for k in before if not written(k)]
+    if missing:
+        raise ResumeConfigError(
+            f"--resume: config.yaml lacks {_some(missing)}; `lrmgym run` writes every key, and a resume would fill "
+            "the gaps with defaults the run was not trained with. Restore the keys (run.json in the run directory "
+            "holds the config the run was started with)."
+        )
+    changed = sorted(k for k in before if now.get(k, "<absent>") != before[k])
     refused = [k for k in changed if not k.startswith(MAY_CHANGE)]
     if refused:
-        shown = "; ".join(f"{k}: {before.get(k, '<absent>')!r} -> {now.get(k, '<absent>')!r}" for k in refused[:6])
+        shown = "; ".join(f"{k}: {before[k]!r} -> {now.get(k, '<absent>')!r}" for k in refused[:6])
         more = f" (and {len(refused) - 6} more)" if len(refused) > 6 else ""
         raise ResumeConfigError(
             f"--resume: config.yaml changed what the run trains since it was started: {shown}{more}. A resume "
             f"continues the checkpoint as it was configured; only {', '.join(MAY_CHANGE)} may change. Restore "
             "those values, or start a new run with the new config."
         )
-    return changed
+    added = [k for k in now if k not in before]
+    return changed, [f"options new since the run started, at their defaults: {_some(added)}."] if added else []
+
+
+def _some(keys: list[str], limit: int = 8) -> str:
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def missing_steps(logged: list[int], upto: int) -> list[int]:

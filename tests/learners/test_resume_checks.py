@@ -81,13 +81,18 @@ def test_config_with_keys_removed_is_refused(tmp_path, model):
     del cfg["policy"]["dtype"]
     _write(run, cfg)
     line = _error(_resume(run))
-    assert "config.yaml lacks policy.dtype, learner.lr" in line and "defaults" in line
+    assert "config.yaml lacks learner.lr, policy.dtype" in line and "defaults" in line
     assert (run / "metrics.jsonl").read_text() == before
 
 
 @pytest.mark.parametrize(
     ("section", "key", "value"),
-    [("env", "ungradeable_marker", "zz"), ("policy", "dtype", "bfloat16"), ("learner", "lr", 0.5), ("eval", "tasks", 9)],
+    [
+        ("env", "ungradeable_marker", "zz"),
+        ("policy", "dtype", "bfloat16"),
+        ("learner", "lr", 0.5),
+        ("eval", "tasks", 9),
+    ],
 )
 def test_config_edits_that_change_the_experiment_are_refused(tmp_path, model, section, key, value):
     run = tmp_path / "run"
@@ -175,10 +180,17 @@ def test_no_loadable_checkpoint_is_one_error_line(tmp_path, model):
     assert "no checkpoint in" in line and "loads" in line and "start a new run" in line
 
 
-def test_check_config_ignores_budget_changes_and_names_the_rest():
+def test_check_config_allows_budget_changes_and_options_a_newer_version_added():
     recorded = {"learner": {"steps": 10, "lr": 0.1, "betas": [0.9, 0.99]}, "env": {"id": "a"}}
     now = {"learner": {"steps": 20, "lr": 0.1, "betas": (0.9, 0.99)}, "env": {"id": "a"}}
-    assert check_config(now, now, recorded) == ["learner.steps"]
+    assert check_config(now, now, recorded) == (["learner.steps"], [])
+    grown = {**now, "env": {"id": "a", "test_fraction": 0.1}}  # a field this version added: not in the record
+    raw = {**now, "env": {"id": "a"}}  # nor in the old config.yaml
+    changed, notes = check_config(raw, grown, recorded)
+    assert changed == ["learner.steps"] and notes == ["options new since the run started, at their defaults: "
+                                                      "env.test_fraction."]  # fmt: skip
+    changed, notes = check_config(raw, grown, None)  # a run without run.json: a note, not a refusal
+    assert changed == [] and "lacks env.test_fraction" in notes[0]
     assert ranges([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8"
 
 
