@@ -89,7 +89,8 @@ def report(results: list[dict], generations: int, eval_tasks: int, load: tuple) 
     rows, detail = [], []
     for preset in dict.fromkeys(r["preset"] for r in results):
         runs = [r for r in results if r["preset"] == preset]
-        cells: dict[str, list] = {k: [] for k in ("t1", "greedy", "gain", "steps", "reach_s", "reach_g", "gps", "wall")}
+        keys = ("t1", "greedy", "gain", "steps", "reach_s", "reach_g", "gps", "train", "wall")
+        cells: dict[str, list] = {k: [] for k in keys}
         for r in runs:
             s, lines = r["summary"], r["metrics"]
             t1, greedy = _acc(s, "after", "sampled"), _acc(s, "after", "greedy")
@@ -107,12 +108,13 @@ def report(results: list[dict], generations: int, eval_tasks: int, load: tuple) 
             cells["reach_s"].append(reach[0])
             cells["reach_g"].append(reach[1])
             cells["gps"].append(float(np.mean(gens)) if gens else np.nan)
+            cells["train"].append(s["train_wall_s"])  # the steps alone: no start-up, no evaluation
             cells["wall"].append(r["wall_s"])
             detail.append(
                 f"| {preset} | {r['seed']} | {100 * t1[0]:.1f} [{100 * t1[1][0]:.1f}, {100 * t1[1][1]:.1f}] | "
                 + (f"{100 * greedy[0]:.1f} [{100 * greedy[1][0]:.1f}, {100 * greedy[1][1]:.1f}]" if greedy else "-")
                 + f" | {s['steps']} | {s['generations']} | {reach[0] if reach[0] is not None else 'never'} | "
-                f"{r['wall_s']:.0f} s |"
+                f"{s['train_wall_s']:.0f} s | {r['wall_s']:.0f} s |"
             )
 
         def mean(xs: list) -> str:
@@ -123,7 +125,8 @@ def report(results: list[dict], generations: int, eval_tasks: int, load: tuple) 
         rows.append(
             f"| {preset} | {100 * np.mean(cells['t1']):.1f} | {100 * np.nanmean(cells['greedy']):.1f} | "
             f"{100 * np.mean(cells['gain']):+.1f} | {mean(cells['steps'])} | {mean(cells['reach_s'])} "
-            f"({reached}/{len(runs)}) | {mean(cells['reach_g'])} | {mean(cells['gps'])} | {mean(cells['wall'])} s |"
+            f"({reached}/{len(runs)}) | {mean(cells['reach_g'])} | {mean(cells['gps'])} | {mean(cells['train'])} s | "
+            f"{mean(cells['wall'])} s |"
         )
     seeds = sorted({r["seed"] for r in results})
     return "\n".join([
@@ -135,14 +138,15 @@ def report(results: list[dict], generations: int, eval_tasks: int, load: tuple) 
         f"start: {load}.",
         "",
         "| preset | T=1 after (%) | greedy after (%) | T=1 gain (pts) | steps | steps to GRPO's final train acc "
-        "(runs that reached it) | completions to it | completions / step | wall |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "(runs that reached it) | completions to it | completions / step | training time | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "Per run (T=1 and greedy after training with 95 % intervals):",
         "",
-        "| preset | seed | T=1 after | greedy after | steps | completions | steps to GRPO's final train acc | wall |",
-        "|---|---|---|---|---|---|---|---|",
+        "| preset | seed | T=1 after | greedy after | steps | completions | steps to GRPO's final train acc | "
+        "training time | wall |",
+        "|---|---|---|---|---|---|---|---|---|",
         *detail,
         "",
     ])  # fmt: skip
