@@ -42,10 +42,11 @@ which the grader keeps up to the output cap and may show back in multi-turn feed
   and only the candidate's entry points, so defining ``abs``, ``sorted`` or a prompt helper changes
   nothing an assert computes. Exceptions rebuilt from ``C`` never carry control flow (``StopIteration``),
   and a timeout or crash of ``C`` cannot be swallowed by a test's ``except``.
-- *The result*: only ``H`` holds the result channel. The parent parses the record with a bounded,
-  schema-checked reader (no ``marshal``/``pickle``), takes the test count from the job it sent, counts
-  passes itself, refuses any status only it can decide (``infra``, ``killed``), and scores every
-  malformed record 0 (``protocol``), never ungradeable: only a sandbox that failed to start is ours.
+- *The result*: only ``H`` holds the result channel (with bubblewrap ``H`` is the sandbox's pid 1: no reaper
+  process holds the sandbox's stdio for ``C`` to take with ``pidfd_getfd`` or ``ptrace``). The parent parses
+  the record with a bounded, schema-checked reader (no ``marshal``/``pickle``), takes the test count from the
+  job it sent, counts passes itself, refuses any status only it can decide (``infra``, ``killed``), and scores
+  every malformed record 0 (``protocol``), never ungradeable: only a sandbox that failed to start is ours.
 
 **What it can still do:** waste its own time and memory up to the limits (scored 0), and, when tests
 compare against values the candidate can compute itself, pass them honestly.

@@ -806,6 +806,7 @@ def main():
     h = Harness(job)
     results, outputs = [], []
     total = 0
+    tests = None
     try:
         if job["mode"] == "call":
             # Fork C before reading the tests, so C's copy of memory never contains them.
@@ -819,6 +820,11 @@ def main():
             _run_stdio_mode(h, tests["stdins"], outputs)
     except _Abort as abort:
         h.status = abort.status
+        if job["mode"] == "call" and tests is None:
+            # C could not be forked before the deadline (RLIMIT_NPROC taken by the uid's other tasks): it never
+            # existed, so the tests may be read now, to report each as not run (the parent rejects a record
+            # whose result count differs from the job's as malformed, a "protocol" failure).
+            total = sum(1 for u in _read_frame(0)["units"] if u["test"])
     finally:
         h.kill(wait=False)
         if h.zygote_pid is not None:

@@ -7,7 +7,10 @@ Layers, outermost first (see ``/work/shared/specs/security.md`` §4.1 for the me
   ``RLIMIT_NPROC`` binds nothing (root is exempt), file permissions are root's, and a fork bomb is unbounded.
   The sandbox is started with ``Popen(user=..., group=..., extra_groups=[])``.
 - **Namespaces.** ``bwrap`` (bubblewrap): ``--unshare-all`` (user, pid, net, ipc, uts, cgroup, mount),
-  ``--die-with-parent``, ``--new-session``, a root built only from read-only binds of what Python needs,
+  ``--die-with-parent``, ``--new-session``, ``--as-pid-1`` (the harness is the namespace's pid 1: no bwrap
+  reaper, which would run as the slot uid, be dumpable and hold the sandbox's stdin and result pipe, so
+  that ``pidfd_getfd``/``ptrace`` from the candidate would hand it the tests and a forged result), a root
+  built only from read-only binds of what Python needs,
   a size-capped tmpfs as the work dir, ``--clearenv``, ``--cap-drop ALL``. Fallback ``unshare``
   (util-linux): user, pid, net, mount, ipc and uts namespaces with ``--kill-child``, but the host
   filesystem stays visible with the slot uid's permissions (world-readable files, world-writable ``/tmp``).
@@ -306,6 +309,7 @@ def _bwrap_argv(limits: Limits, binds: Sequence[str], extra: Sequence[str], comm
         "--disable-userns",  # no nested user namespaces: less kernel surface for the candidate
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",  # see the module docstring: no reaper process holding the sandbox's stdio
         "--cap-drop",
         "ALL",
         "--hostname",
@@ -628,6 +632,8 @@ class SandboxPool:
     def _execute(self, job: Job, limits: Limits) -> ExecResult:
         slot = self._slots.get()
         try:
+            if self.backend == "process" and _is_root():
+                _settle_uid(self._uid(slot))  # not the previous job's tasks against this one's RLIMIT_NPROC
             return self._execute_in_slot(job, limits, slot)
         finally:
             self._slots.put(slot)
@@ -1034,8 +1040,8 @@ def _tasks_of_uid(uid: int) -> int:
     return total
 
 
-def processes_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) pids whose real uid is ``uid``, read from ``/proc``."""
+def processes_of_uid(uid: int, zombies: bool = False) -> list[int]:
+    """Live pids whose real uid is ``uid``, read from ``/proc``; with ``zombies``, the unreaped ones too."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -1046,7 +1052,7 @@ def processes_of_uid(uid: int) -> list[int]:
         except OSError:
             continue
         fields = dict(line.split(b":", 1) for line in status.splitlines() if b":" in line)
-        if fields.get(b"State", b"").strip().startswith(b"Z"):
+        if not zombies and fields.get(b"State", b"").strip().startswith(b"Z"):
             continue
         if int(fields.get(b"Uid", b"-1").split()[0]) == uid:
             pids.append(int(entry))
@@ -1066,6 +1072,20 @@ def _kill_uid(uid: int) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        time.sleep(0.01)
+
+
+def _settle_uid(uid: int, wait_s: float = 3.0) -> None:
+    """Wait, at most ``wait_s``, until a dedicated sandbox uid has no task left, zombies included.
+
+    A killed fork bomb's orphans stay zombies until the host's init reaps them (measured: 63 of them for 1.2 to
+    1.5 s), and until then they count against ``RLIMIT_NPROC`` of the slot's next job, whose harness cannot
+    fork its candidate: a correct answer scored 0 (status ``timeout``, or ``protocol`` when the fork deadline
+    passes before the tests arrive). Processes still alive (exiting, or forked late) are killed again.
+    """
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and processes_of_uid(uid, zombies=True):
+        _kill_uid(uid)
         time.sleep(0.01)
 
 

@@ -90,18 +90,27 @@ def _build_task(case: HackCase, env: Any) -> Task | None:
 
 
 def run_case(case: HackCase, envs: dict[tuple[str, str], Any] | None = None) -> HackResult:
-    """Grade ``case`` through its env. ``envs`` caches built envs by ``(env, config)`` across calls."""
+    """Grade ``case`` through its env.
+
+    ``envs`` caches built envs by ``(env, config)`` across calls (the caller closes them); without it, the env
+    built here is closed before returning (its sandbox pool and the pool's temporary folder).
+    """
     module = importlib.import_module(f"{__name__}.{case.env}_cases")
     key = (case.env, repr(sorted(case.env_config.items())))
     env = None if envs is None else envs.get(key)
+    own = env is None and envs is None
     if env is None:
         env = module.make_env(case.env_config)
         if envs is not None:
             envs[key] = env
-    task = _build_task(case, env)
-    if task is None:
-        return HackResult(case, None, held=True, skipped="data set absent")
-    verdict = env.verify(task, case.completion)
+    try:
+        task = _build_task(case, env)
+        if task is None:
+            return HackResult(case, None, held=True, skipped="data set absent")
+        verdict = env.verify(task, case.completion)
+    finally:
+        if own:
+            env.close()
     held = verdict.score is not None and case.min_score <= verdict.score <= case.max_score
     return HackResult(case, verdict, held)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from code_helpers import BATTERY_TIMEOUT_S, leftovers
+from code_helpers import BATTERY_TIMEOUT_S, files_left, leftovers, scratch_snapshot
 
 from lrmgym.envs.code.sandbox import Job, SandboxPool
 
@@ -92,8 +92,8 @@ CASES = [
         None,
         host_absent=(f"/tmp/lrm_pwned_posix_{TOKEN}",),
     ),
-    # Killing the harness must never pass a wrong answer. (Under bwrap the harness is pid 2 and dies; under
-    # the unshare fallback it is pid 1 of the namespace and ignores the signal; either way the score is 0.)
+    # Killing the harness must never pass a wrong answer. (With both backends the harness is pid 1 of the
+    # namespace and ignores the signal; the score is 0.)
     Case(
         "kill_the_harness_at_import",
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return 0\n",
@@ -286,27 +286,10 @@ def host_setup():
     WORLD_SECRET.unlink()
 
 
-def files_owned_by(uids: list[int]) -> list[str]:
-    """Host files in the shared scratch folders owned by a sandbox uid (root only: dedicated uids)."""
-    if os.geteuid() != 0:
-        return []
-    found = []
-    for top in ("/tmp", "/var/tmp", "/dev/shm", str(CALLER_CWD)):
-        for root, dirs, files in os.walk(top):
-            dirs[:] = [d for d in dirs if not d.startswith("lrmgym-sbx")][:200] if root == top else []
-            for name in dirs + files:
-                path = os.path.join(root, name)
-                try:
-                    if os.lstat(path).st_uid in uids:
-                        found.append(path)
-                except OSError:
-                    pass
-    return found
-
-
 def run_case(pool: SandboxPool, case: Case, port: int) -> None:
     """Run one case and assert every guarantee of the battery."""
     code = case.code.replace("PORT", str(port))
+    before = scratch_snapshot()
     start = time.monotonic()
     result = pool.run(Job(code=code, units=_units(case.tests)))
     wall = time.monotonic() - start
@@ -320,7 +303,7 @@ def run_case(pool: SandboxPool, case: Case, port: int) -> None:
         for path in case.host_absent:
             assert not os.path.exists(path), f"{case.name}: {path} was written on the host"
         assert leftovers(pool) == [], f"{case.name}: processes left behind"
-        assert files_owned_by(pool.slot_uids()) == [], f"{case.name}: files left on the host"
+        assert files_left(pool, before) == [], f"{case.name}: files left on the host"
         control = pool.run(Job(code=CORRECT_ADD, units=_units(ADD_TESTS)))
         assert control.all_passed, f"pool unusable after {case.name}: {control}"
     finally:
@@ -368,6 +351,7 @@ def test_shared_battery_code_cases(bwrap_pool, host_setup, shared_data, tmp_path
             inp, exp = c["input"], c["expected"]
             code = _decode(inp["code"]).replace("PORT", str(host_setup))
             tests = tuple(line for line in _decode(inp["tests"]).splitlines() if line.strip())
+            before = scratch_snapshot()
             start = time.monotonic()
             result = bwrap_pool.run(Job(code=code, units=_units(tests)))
             wall = time.monotonic() - start
@@ -381,17 +365,62 @@ def test_shared_battery_code_cases(bwrap_pool, host_setup, shared_data, tmp_path
             assert canary.read_text() == "canary", c["name"]
             assert len(result.output.encode()) <= 1 << 20, c["name"]
             assert leftovers(bwrap_pool) == [], c["name"]
+            assert files_left(bwrap_pool, before) == [], c["name"]
     finally:
         canary.unlink(missing_ok=True)
         secret.unlink(missing_ok=True)
     assert bwrap_pool.run(Job(code=CORRECT_ADD, units=_units(ADD_TESTS))).all_passed
 
 
-def test_bwrap_killing_the_harness_reports_killed(bwrap_pool):
-    """Under bwrap the harness is killable by the candidate: the result is status 'killed', nothing passes."""
-    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + CORRECT_ADD
+# Another process of the sandbox that holds its stdin (the tests, frame 2) and stdout (the result channel) would
+# hand both to the candidate through pidfd_getfd(2) or ptrace if it ran as the candidate's uid and were dumpable:
+# bubblewrap's reaper did, before --as-pid-1 made the non-dumpable harness the sandbox's pid 1.
+STDIO_HOLDERS = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def stdio_of_another_process():\n"
+    "    got = []\n"
+    "    for pid in (1, os.getppid()):\n"
+    "        try:\n            pidfd = os.pidfd_open(pid)\n        except (OSError, AttributeError):\n"
+    "            continue\n"
+    "        for target in (0, 1, 2):\n"
+    "            fd = libc.syscall(438, pidfd, target, 0)  # pidfd_getfd: 438 on every Linux architecture\n"
+    "            if fd >= 0:\n                got.append((pid, target, fd))\n"
+    "    for pid in (1, os.getppid()):\n        for target, mode in ((0, 'rb'), (1, 'wb')):\n            try:\n"
+    "                got.append((pid, target, open('/proc/%d/fd/%d' % (pid, target), mode, buffering=0)))\n"
+    "            except OSError:\n                pass\n"
+    "    return got\n"
+)
+FORGED_RECORD = (  # the harness's record format (see harness._pack_report): "ok", both tests passed
+    "def s(t):\n    return len(t).to_bytes(4, 'big') + t\n"
+    "rep = b'R1' + s(b'ok') + s(b'') + s(b'') + bytes(8)\n"
+    "rep += (2).to_bytes(4, 'big') + (b'\\x01' + s(b'')) * 2 + bytes(4)\n"
+    "RECORD = b'LRMGYM-RESULT\\n' + len(rep).to_bytes(8, 'big') + rep\n"
+)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare"])
+def test_no_process_of_the_sandbox_hands_the_candidate_its_stdio(backend, request):
+    code = STDIO_HOLDERS + "def add(a, b):\n    got = stdio_of_another_process()\n    return 0 if got else a + b\n"
+    result = request.getfixturevalue(f"{backend}_pool").run(Job(code=code, units=_units(ADD_TESTS)))
+    assert result.all_passed, result
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare"])
+def test_a_record_forged_through_another_process_is_not_believed(backend, request):
+    code = STDIO_HOLDERS + FORGED_RECORD
+    code += "for _, target, f in stdio_of_another_process():\n    if target == 1:\n"
+    code += "        os.write(f if isinstance(f, int) else f.fileno(), RECORD)\n        break\n"  # one record only
+    code += "def add(a, b):\n    return 0\n"
+    result = request.getfixturevalue(f"{backend}_pool").run(Job(code=code, units=_units(ADD_TESTS)))
+    assert not result.all_passed, result  # return 0 passes one of the two tests honestly; the forgery claims both
+
+
+def test_bwrap_the_harness_is_pid_1_and_survives_the_candidate(bwrap_pool):
+    """Under bwrap the harness is the sandbox's pid 1: the candidate's SIGKILL is ignored and grading goes on."""
+    code = "import os, signal\nassert os.getppid() == 1\nos.kill(os.getppid(), signal.SIGKILL)\n" + CORRECT_ADD
     result = bwrap_pool.run(Job(code=code, units=_units(ADD_TESTS)))
-    assert (result.status, result.passed) == ("killed", 0)
+    assert (result.status, result.passed) == ("ok", 2)
 
 
 def test_always_equal_gets_only_what_the_honest_value_gets(bwrap_pool):
