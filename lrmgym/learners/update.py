@@ -100,7 +100,8 @@ class PolicyGradientConfig(LoopConfig):
     @field_validator("adam_betas")
     @classmethod
     def _check_betas(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        if not all(0.0 <= b < 1.0 for b in betas):
+        # nan / inf pass here: the config resolver's finiteness check names them ("must be finite").
+        if not all(0.0 <= b < 1.0 for b in betas if math.isfinite(b)):
             raise ValueError("AdamW betas must each be in [0, 1), e.g. [0.9, 0.99]")
         return betas
 
