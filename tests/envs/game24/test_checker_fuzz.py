@@ -23,14 +23,11 @@ loosely, on wall time (bound + :data:`MARGIN_S`). ``benchmarks/fuzz_verifiers.py
 
 from __future__ import annotations
 
-import gc
 import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -39,6 +36,7 @@ from lrmgym.core import Completion, Task, Verdict
 from lrmgym.envs.game24 import solver
 from lrmgym.envs.game24.checker import CheckResult, check_answer
 from lrmgym.envs.game24.env import DEFAULT_STEP_PENALTY, Game24Env
+from lrmgym.testing.fuzz import Call, Target, timed
 
 BOUND_S = 0.05
 """Per-call bound of the checker (the adversarial battery's ``max_wall_s``; the measured worst case is ~1 ms)."""
@@ -237,36 +235,11 @@ HOSTILE = (
 
 
 # ------------------------------------------------------------------------------------------------ properties
-class Call(NamedTuple):
-    """One timed call: wall and thread-CPU seconds, and what kind of verdict it gave."""
-
-    wall_s: float
-    cpu_s: float
-    outcome: str
-
-
-@dataclass(frozen=True)
-class Target:
-    """A fuzz target: inputs, the check of one input (raises on a crash or a malformed verdict), its bound."""
-
-    name: str
-    strategy: st.SearchStrategy
-    check: Callable[[Any], Call]
-    bound_s: float
-    hostile: tuple = ()
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     """``fn()`` with its wall and thread-CPU time, the garbage collector paused (its pauses are not the call's)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        wall, cpu = time.perf_counter(), time.thread_time()
-        result = fn()
-        return result, time.perf_counter() - wall, time.thread_time() - cpu
-    finally:
-        if enabled:
-            gc.enable()
+    return timed(fn, pause_gc=True)
 
 
 @cache

@@ -24,10 +24,8 @@ inputs each; here they run at a modest size, derandomized so that CI is determin
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -35,6 +33,7 @@ from hypothesis import strategies as st
 from lrmgym.core import Completion, Task, Verdict
 from lrmgym.envs.math.env import MathEnv
 from lrmgym.envs.math.verify import default_pool, verify_answer
+from lrmgym.testing.fuzz import Call, Target, timed
 
 TEST_TIMEOUT_S = 0.5
 """The env's ``timeout_s`` in these tests, to keep them short (the default is 2 s; the benchmark uses it)."""
@@ -271,23 +270,6 @@ def pairs(draw: st.DrawFn) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------------------------ properties
-class Call(NamedTuple):
-    """One timed call: wall and thread-CPU seconds, and what kind of verdict it gave."""
-
-    wall_s: float
-    cpu_s: float
-    outcome: str
-
-
-@dataclass(frozen=True)
-class Target:
-    """A fuzz target: inputs, the check of one input (raises on a crash or a malformed verdict), its bound."""
-
-    name: str
-    strategy: st.SearchStrategy
-    check: Callable[[Any], Call]
-    bound_s: float
-    hostile: tuple = ()
 
 
 def outcome(verdict: Verdict) -> str:
@@ -335,9 +317,7 @@ def _ready() -> None:
 
 def _timed(fn: Callable[[], Verdict]) -> tuple[Verdict, float, float]:
     _ready()
-    wall, cpu = time.perf_counter(), time.thread_time()
-    verdict = fn()
-    return verdict, time.perf_counter() - wall, time.thread_time() - cpu
+    return timed(fn)
 
 
 def math_targets(timeout_s: float) -> tuple[Target, Target]:
