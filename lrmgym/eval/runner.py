@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,14 @@ def _passes(verdict: Verdict, threshold: float) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------- loop
-def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None = None, progress: bool = True) -> dict:
+def evaluate(
+    env: TextEnv,
+    policy: Policy,
+    cfg: EvalConfig,
+    out_dir: Path | None = None,
+    progress: bool = True,
+    transform: Callable[[Task], Task] | None = None,
+) -> dict:
     """Evaluate ``policy`` on ``env``: ``cfg.n`` samples for each of ``cfg.tasks`` tasks.
 
     Args:
@@ -85,12 +92,16 @@ def evaluate(env: TextEnv, policy: Policy, cfg: EvalConfig, out_dir: Path | None
         out_dir: Where to write ``eval.json`` (the report) and ``samples.jsonl`` (one line per sample);
             ``None`` writes nothing.
         progress: Show a progress bar.
+        transform: Rewrites each held-out task before it is sampled and graded (e.g. Ring-Zero's tier prompt
+            before the question); None: the tasks as the env makes them.
 
     Returns:
         The report: pass@k and avg@n with intervals, accuracy by difficulty, mean length, format-failure,
         ungradeable and truncation rates, throughput, and the config.
     """
     grader, tasks = select_tasks(env, cfg)
+    if transform is not None:
+        tasks = [transform(t) for t in tasks]
     turns = learner_env(grader).max_turns
     samples: list[dict[str, Any]] = []
     correct: list[int] = []

@@ -4,8 +4,9 @@
   :class:`~lrmgym.judges.base.JudgedEnv`); it never re-implements a verifier.
 - :class:`FormatJudge` in ``loose`` mode (format A) asks for a closed ``<think>`` block; in ``strict`` mode
   (format B) for exactly one closed ``<think>`` then exactly one closed ``<answer>`` and nothing but
-  whitespace or an EOS string after ``</answer>``. Strict mode rejects an answer followed by appended text,
-  a reward hack seen in large-scale zero-RL runs; loose mode accepts it.
+  whitespace or an EOS string after ``</answer>``, in a response that ended at EOS (not cut at the token
+  budget). Strict mode rejects an answer followed by appended text, a reward hack seen in large-scale zero-RL
+  runs; loose mode accepts it.
 - :class:`LengthPenalty` subtracts up to ``coef`` linearly between ``free_length`` and ``max_length``.
 - :class:`OverlongPenalty` is DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13): 0 up to
   ``L_max - L_cache``, then a linear ramp to -1 at ``L_max``, and -1 beyond.
@@ -107,9 +108,21 @@ class FormatJudge(BaseJudge):
         """``(ok, reason)`` for a completion's text."""
         return self._check_loose(text) if self.mode == "loose" else self._check_strict(text)
 
+    def check_completion(self, completion: Completion) -> tuple[bool, str]:
+        """``(ok, reason)`` for a completion: its text, and in strict mode that it ended at EOS.
+
+        Format B asks for a response that ends in EOS: one cut at the token budget (``finish_reason ==
+        "length"``) fails however its text looks. A completion whose finish reason is unknown is judged by
+        its text.
+        """
+        ok, reason = self.check(completion.text)
+        if ok and self.mode == "strict" and completion.finish_reason == "length":
+            return False, "no EOS: cut at the token budget"
+        return ok, reason
+
     def format_ok(self, completion: Completion) -> bool:
         """Whether the completion has the format (the wrapper copies this into ``Verdict.format_ok``)."""
-        return self.check(completion.text)[0]
+        return self.check_completion(completion)[0]
 
     def _check_loose(self, text: str) -> tuple[bool, str]:
         start = 0
@@ -154,7 +167,7 @@ class FormatJudge(BaseJudge):
         return True, "ok"
 
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
-        ok, reason = self.check(completion.text)
+        ok, reason = self.check_completion(completion)
         return (self.reward_ok if ok else self.reward_bad), reason, False
 
 
@@ -165,7 +178,7 @@ class FormatJudgeConfig(JudgeConfigBase):
     """Selects this judge."""
     mode: Literal["loose", "strict"] = "strict"
     """loose (format A): a closed <think> block; strict (format B): exactly one closed <think> then one closed
-    <answer>, and nothing but whitespace or an EOS string after </answer>."""
+    <answer>, nothing but whitespace or an EOS string after </answer>, and not cut at the token budget."""
     think_prefilled: bool = False
     """Set when the prompt already ends with <think> (the completion starts inside the thinking block)."""
     eos_strings: list[str] = Field(default_factory=lambda: list(_DEFAULT_EOS))

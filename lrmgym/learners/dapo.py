@@ -144,7 +144,7 @@ class DAPO(GRPO):
             if not cfg.dynamic_sampling or signal >= b or len(rounds) >= cfg.max_rounds:
                 break
             n = cfg.refill_prompts or b - signal
-            sampling = cfg.sampling(derived_seed(self.loop.ctx.seed, _REFILL, step, len(rounds)))
+            sampling = cfg.sampling(derived_seed(self.loop.ctx.seed, _REFILL, step, len(rounds)), step)
             tasks = self._tasks(self.data_pos, n)
             rounds.append(rollout(self.env, self.policy, tasks, cfg.group_size, sampling, self.turns))
             self.data_pos += n

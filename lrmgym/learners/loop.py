@@ -270,20 +270,22 @@ class Loop:
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------ evaluation
-    def evaluate(self, tag: str) -> dict[str, Any]:
-        """Held-out evaluation with ``ctx.eval`` (and greedy), results under ``eval/<tag>/``."""
+    def evaluate(self, tag: str, cfg: Any = None, transform: Any = None) -> dict[str, Any]:
+        """Held-out evaluation with ``cfg`` (default ``ctx.eval``) and greedy, results under ``eval/<tag>/``.
+
+        ``transform`` rewrites each held-out task first (see :func:`lrmgym.eval.evaluate`).
+        """
         from lrmgym.eval import evaluate
 
         ctx = self.ctx
         out: dict[str, Any] = {"step": self.step}
-        cfg = ctx.eval
-        report = evaluate(ctx.env, ctx.policy, cfg, self.run_dir / "eval" / tag, progress=self.cfg.progress)
+        cfg = cfg if cfg is not None else ctx.eval
+        progress = self.cfg.progress
+        report = evaluate(ctx.env, ctx.policy, cfg, self.run_dir / "eval" / tag, progress, transform)
         out["sampled"] = _eval_summary(report)
         if self.cfg.eval_greedy and not (cfg.temperature == 0 and cfg.n == 1):
             greedy = cfg.model_copy(update={"temperature": 0.0, "n": 1, "k": [1]})
-            report = evaluate(
-                ctx.env, ctx.policy, greedy, self.run_dir / "eval" / f"{tag}_greedy", progress=self.cfg.progress
-            )
+            report = evaluate(ctx.env, ctx.policy, greedy, self.run_dir / "eval" / f"{tag}_greedy", progress, transform)
             out["greedy"] = _eval_summary(report)
         model = getattr(ctx.policy, "model", None)
         if model is not None:

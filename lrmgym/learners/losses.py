@@ -317,13 +317,14 @@ def policy_loss(
     kind: str = "ppo_clip",
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    is_cap: float | None = None,
+    is_cap_mode: str = "relative",
 ) -> PolicyLossOutput:
-    """The registered policy loss ``kind`` with a learner's two clip knobs (what the GRPO learner calls).
+    """The registered policy loss ``kind`` with a learner's clip knobs (what the GRPO learner calls).
 
-    A loss receives ``clip_low`` / ``clip_high`` when its signature names them: ``ppo_clip`` and ``gspo``
-    take both, ``cispo`` only ``clip_high`` (its cap ``1 + clip_high``; it has no floor), ``reinforce``
-    neither. For the other options call the function itself, e.g. ``get_policy_loss("cispo")(...,
-    is_cap=5.0, is_cap_mode="absolute")``.
+    A loss receives a knob when its signature names it: ``ppo_clip`` and ``gspo`` take ``clip_low`` and
+    ``clip_high``, ``cispo`` ``clip_high``, ``is_cap`` and ``is_cap_mode`` (its cap: ``1 + clip_high``, or
+    ``is_cap`` itself in ``"absolute"`` mode, Ring-Zero's 5.0; it has no floor), ``reinforce`` none.
 
     Args:
         logp: ``[N, T]`` log-probs of the sampled tokens under the current policy (with grad).
@@ -333,6 +334,9 @@ def policy_loss(
         kind: A name in :data:`POLICY_LOSSES`.
         clip_low: Lower clip ``epsilon_low`` (ratio floor ``1 - clip_low``).
         clip_high: Upper clip ``epsilon_high`` (ratio cap ``1 + clip_high``); DAPO uses 0.28.
+        is_cap: The importance-weight cap of a capped-IS loss (``cispo``): its ``eps_high`` in ``"relative"``
+            mode, the cap itself in ``"absolute"`` mode; None: ``1 + clip_high``.
+        is_cap_mode: ``"relative"`` or ``"absolute"``.
 
     Returns:
         The per-token loss with clip statistics.
@@ -340,7 +344,13 @@ def policy_loss(
     fn = get_policy_loss(kind)
     if mask is None:
         mask = torch.ones(logp.shape, dtype=torch.bool, device=logp.device)
-    return fn(logp, old_logp, advantages, mask, **accepted_options(fn, clip_low=clip_low, clip_high=clip_high))
+    options = accepted_options(fn, clip_low=clip_low, clip_high=clip_high, is_cap=is_cap, is_cap_mode=is_cap_mode)
+    if (is_cap is not None or is_cap_mode != "relative") and "is_cap" not in options:
+        raise ValueError(
+            f"policy loss {kind!r} has no importance-weight cap (is_cap={is_cap!r}, is_cap_mode={is_cap_mode!r}); "
+            "leave is_cap unset or use pg_loss=cispo."
+        )
+    return fn(logp, old_logp, advantages, mask, **options)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KLEstimator = "k3") -> torch.Tensor:

@@ -31,13 +31,15 @@ def rollout_metrics(
         tokenized: The same trajectories as tokens.
         zero_variance: ``[B]`` bool, the groups without signal.
         trained: How many trajectories went into the update.
-
-    ``generations`` counts the completions sampled (every policy turn of every trajectory): the step's sampling
-    cost, summed by the loop's ``generation_budget``.
         turns: Policy turns allowed per episode.
         env: The env (its ``pop_metrics()``, when it has one, adds ``judge/*`` keys).
         judge_metrics: The judges' metrics of this rollout when another process graded it (async rollouts);
             they replace the env's own (which then judged nothing).
+
+    ``generations`` counts the completions sampled (every policy turn of every trajectory): the step's sampling
+    cost, summed by the loop's ``generation_budget``. ``all_failed_frac`` is the share of groups none of whose
+    judged trajectories is correct; ``format_ok_frac`` the share of trajectories whose verdict passed a format
+    check (None where nothing checked the format).
     """
     rewards = [t.reward for t in trajs if t.reward is not None]
     judged = [t.verdict.correct for t in trajs if t.verdict is not None and t.verdict.correct is not None]
@@ -45,12 +47,19 @@ def rollout_metrics(
     completions = [turn.completion for t in trajs for turn in t.turns if turn.role == "policy"]
     generated = sum(len(c.token_ids) if c and c.token_ids is not None else 0 for c in completions)
     first = [v[0].correct for group in ro.turn_verdicts for v in group if v and v[0].correct is not None]
+    # A group "all failed" when none of its judged trajectories is correct (Ring-Zero's all-failed-group ratio).
+    known = [[t.verdict.correct for t in group if t.verdict is not None and t.verdict.correct is not None]
+             for group in ro.groups]  # fmt: skip
+    failed = [not any(group) for group in known if group]
+    formats = [t.verdict.format_ok for t in trajs if t.verdict is not None and t.verdict.format_ok is not None]
     metrics: dict[str, Any] = {
         "reward/mean": float(np.mean(rewards)) if rewards else None,
         "reward/std": float(np.std(rewards)) if rewards else None,
         "accuracy": float(np.mean(judged)) if judged else None,
         "zero_variance_frac": float(zero_variance.float().mean()),
         "zero_variance_groups": int(zero_variance.sum()),
+        "all_failed_frac": float(np.mean(failed)) if failed else None,
+        "format_ok_frac": float(np.mean(formats)) if formats else None,
         "ungradeable_frac": 1.0 - len(rewards) / max(len(trajs), 1),
         "trained_frac": trained / max(len(trajs), 1),
         "generations": len(completions),

@@ -37,7 +37,13 @@ class RolloutConfig(PolicyGradientConfig):
     group_size: int = Field(8, ge=2, le=4096)
     """Completions per task (G); at least 2, since advantages compare samples within a group."""
     max_new_tokens: int = Field(48, ge=1, le=1_000_000)
-    """Token budget per policy turn."""
+    """Token budget per policy turn (with window_start: the largest the response window grows to)."""
+    window_start: int | None = Field(None, ge=1, le=1_000_000)
+    """Response-window curriculum (Ring-Zero's stage 1: 4k -> 64k, doubled every 800 steps): rollouts start
+    with this token budget, doubled every window_every_steps steps up to max_new_tokens; None: max_new_tokens
+    throughout."""
+    window_every_steps: int = Field(800, ge=1)
+    """Steps between doublings of the response window (with window_start)."""
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     """Sampling temperature of rollouts (must be > 0: greedy groups have no variance)."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -68,12 +74,24 @@ class RolloutConfig(PolicyGradientConfig):
                 f"top_p=1 (got temperature={self.temperature:g}, top_p={self.top_p:g}); set them to 1 or use "
                 "async_rollouts=false with behavior_logprobs='recompute'."
             )
+        if self.window_start is not None and self.window_start > self.max_new_tokens:
+            raise ValueError(
+                f"window_start={self.window_start} exceeds max_new_tokens={self.max_new_tokens}, the largest the "
+                "response window grows to; lower window_start or raise max_new_tokens."
+            )
         return self
 
-    def sampling(self, seed: int | None) -> SamplingParams:
-        """The rollout sampling parameters."""
+    def window(self, step: int) -> int:
+        """The token budget of rollouts after ``step`` steps (the response-window curriculum, else max_new_tokens)."""
+        if self.window_start is None:
+            return self.max_new_tokens
+        doublings = min(step // self.window_every_steps, 40)  # 2**40 tokens exceeds any budget
+        return min(self.max_new_tokens, self.window_start << doublings)
+
+    def sampling(self, seed: int | None, step: int = 0) -> SamplingParams:
+        """The rollout sampling parameters of the step after ``step`` steps."""
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.window(step),
             stop=tuple(self.stop), seed=seed,
         )  # fmt: skip
 
@@ -151,7 +169,7 @@ class OnPolicy(Algorithm):
         return [self.env.task_at(position + i, seed=self.train_seed) for i in range(count)]
 
     def _sampling(self, step: int) -> SamplingParams:
-        return self.cfg.sampling(derived_seed(self.loop.ctx.seed, _SAMPLING, step))
+        return self.cfg.sampling(derived_seed(self.loop.ctx.seed, _SAMPLING, step), step)
 
     def judge_metrics(self) -> dict[str, Any] | None:
         """With async rollouts, the worker's judges' metrics for the step just collected (None: the env's own)."""

@@ -80,6 +80,11 @@ class PolicyGradientConfig(LoopConfig):
     """Lower clip epsilon of ppo_clip and gspo: the ratio floor is 1 - clip_low (cispo has no floor)."""
     clip_high: float = Field(0.2, ge=0.0, le=100.0)
     """Upper clip epsilon: the ratio cap is 1 + clip_high (DAPO's clip-higher: 0.28)."""
+    is_cap: float | None = Field(None, gt=0.0, le=1000.0)
+    """pg_loss=cispo only: the importance-weight cap, read as is_cap_mode says; None: 1 + clip_high."""
+    is_cap_mode: Literal["relative", "absolute"] = "relative"
+    """How cispo reads is_cap: relative (the cap is 1 + is_cap) or absolute (the cap is is_cap; Ring-Zero's 5.0,
+    papers.md 3.2: its sources leave open which reading "5.0" means, the two modes cover both)."""
     loss_agg: LossAgg = "seq_mean_token_mean"
     """Loss aggregation: seq_mean_token_mean (GRPO), token_mean (DAPO) or seq_mean_token_sum_norm (Dr. GRPO)."""
     kl_coef: float = Field(0.0, ge=0.0, le=100.0)
@@ -104,6 +109,17 @@ class PolicyGradientConfig(LoopConfig):
         if not all(0.0 <= b < 1.0 for b in betas if math.isfinite(b)):
             raise ValueError("AdamW betas must each be in [0, 1), e.g. [0.9, 0.99]")
         return betas
+
+    @model_validator(mode="after")
+    def _check_is_cap(self) -> PolicyGradientConfig:
+        if self.pg_loss != "cispo" and (self.is_cap is not None or self.is_cap_mode != "relative"):
+            raise ValueError(
+                f"is_cap / is_cap_mode set the importance-weight cap of pg_loss=cispo; pg_loss={self.pg_loss!r} has "
+                "none. Use pg_loss=cispo or leave them unset."
+            )
+        if self.is_cap_mode == "absolute" and self.is_cap is None:
+            raise ValueError("is_cap_mode=absolute needs is_cap (the cap itself, e.g. 5.0).")
+        return self
 
     @model_validator(mode="after")
     def _check_ref_refresh(self) -> PolicyGradientConfig:
@@ -337,7 +353,8 @@ class PolicyUpdater:
                     adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(
                         logp, old, adv.to(self.device), mask, kind=cfg.pg_loss,
-                        clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                        clip_low=cfg.clip_low, clip_high=cfg.clip_high, is_cap=cfg.is_cap,
+                        is_cap_mode=cfg.is_cap_mode,
                     )  # fmt: skip
                     loss = aggregate(out.loss, mask, cfg.loss_agg, norm_len=norm_len)
                     if ref_all is not None:
