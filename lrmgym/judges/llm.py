@@ -381,18 +381,9 @@ class _LLMJudgeOptions(JudgeConfigBase):
         :mod:`lrmgym.configs` passes in the validation context (its errors name the dotted path; judges do not
         import configs), else by :func:`lrmgym.policies.kinds.policy_config`.
         """
-        if isinstance(value, BaseModel) and callable(getattr(value, "build", None)):
-            return value
-        resolve = (info.context or {}).get("component") if info is not None else None
-        if isinstance(value, dict) and callable(resolve):
-            return resolve("policy", value)
-        if isinstance(value, dict):
-            from lrmgym.policies.kinds import policy_config
+        from lrmgym.policies.kinds import nested_policy_config
 
-            return policy_config(value)
-        raise ValueError(
-            f"expected a policy config with a kind, e.g. {{kind: openai, base_url: ..., model: ...}}, got {value!r:.80}"
-        )
+        return nested_policy_config(value, info.context if info is not None else None)
 
 
 class _LLMJudgeMixin:

@@ -11,7 +11,7 @@ import difflib
 import importlib
 from typing import Any
 
-__all__ = ["POLICY_KINDS", "policy_config"]
+__all__ = ["POLICY_KINDS", "nested_policy_config", "policy_config"]
 
 POLICY_KINDS: dict[str, str] = {
     "mock": "lrmgym.testing.mock:MockPolicyConfig",
@@ -38,3 +38,25 @@ def policy_config(data: dict[str, Any]) -> Any:
         raise ValueError(f"policy.kind: unknown kind {kind!r}; allowed: {allowed}.{hint}")
     module, _, name = POLICY_KINDS[kind].partition(":")
     return getattr(importlib.import_module(module), name).model_validate(data)
+
+
+def nested_policy_config(value: Any, context: dict[str, Any] | None, expected: str = "a policy config") -> Any:
+    """A policy config held by another config (an LLM judge's ``policy``, SD's ``prune``), validated now.
+
+    A config object with ``build`` is kept; a mapping (``{kind: openai, ...}``) becomes its kind's config through
+    the resolver :mod:`lrmgym.configs` passes in the validation context as ``component`` (its errors name the
+    dotted path; the holders do not import configs), else through :func:`policy_config`.
+
+    Raises:
+        ValueError: ``value`` is neither, the message naming ``expected``.
+    """
+    if callable(getattr(value, "build", None)) and hasattr(value, "model_dump"):
+        return value
+    resolve = (context or {}).get("component")
+    if isinstance(value, dict) and callable(resolve):
+        return resolve("policy", value)
+    if isinstance(value, dict):
+        return policy_config(value)
+    raise ValueError(
+        f"expected {expected} with a kind, e.g. {{kind: openai, base_url: ..., model: ...}}, got {value!r:.80}"
+    )
