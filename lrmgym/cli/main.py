@@ -242,10 +242,10 @@ def _disk_full(err: OSError, run_dir: Path | None) -> EnvironmentFailure:
     where = f" writing {err.filename}" if err.filename else ""
     text = f"{describe_os_error(err)}{where}."
     if run_dir is not None and run_dir.is_dir():
-        from lrmgym.learners.rundir import Checkpointer
+        from lrmgym.learners.staged import newest_checkpoint
 
-        steps = Checkpointer(run_dir / "checkpoints").steps()
-        kept = f"its newest checkpoint (step {steps[-1]}) is intact" if steps else "it has no checkpoint yet"
+        point = newest_checkpoint(run_dir)
+        kept = f"its newest checkpoint ({point}) is intact" if point else "it has no checkpoint yet"
         text += f" The run in {run_dir} stopped; {kept}. Free some space, then: lrmgym run --resume {run_dir}"
     return EnvironmentFailure(text)
 
@@ -348,12 +348,12 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
             raise _disk_full(err, run_dir) from None
         raise
     except KeyboardInterrupt:
-        from lrmgym.learners.rundir import Checkpointer
+        from lrmgym.learners.staged import newest_checkpoint
 
-        steps = Checkpointer(run_dir / "checkpoints").steps()
-        if steps:
+        point = newest_checkpoint(run_dir)
+        if point:
             click.echo(
-                f"\nInterrupted; the newest checkpoint is step {steps[-1]}; resume with: lrmgym run --resume {run_dir}",
+                f"\nInterrupted; the newest checkpoint is {point}; resume with: lrmgym run --resume {run_dir}",
                 err=True,
             )
         else:

@@ -15,6 +15,7 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "grpo": "lrmgym.learners.grpo:GRPOConfig",
         "dapo": "lrmgym.learners.dapo:DAPOConfig",
         "ppo": "lrmgym.learners.ppo:PPOConfig",
+        "ring_zero": "lrmgym.learners.ring_zero:RingZeroConfig",
     },
     "judge": {
         "accuracy": "lrmgym.judges.rule:AccuracyJudgeConfig",

@@ -35,6 +35,7 @@ __all__ = [
     "clean_temps",
     "config_sha256",
     "flatten",
+    "may_change",
     "missing_steps",
     "ranges",
     "read_run_record",
@@ -53,10 +54,22 @@ MAY_CHANGE = (
     "learner.log_samples",
     "learner.torch_threads",
     "learner.eval_every",
+    "learner.stages",
     "run.name",
     "run.output_dir",
 )
-"""Keys a resumed run may change: how long it runs and what it writes, never what it trains."""
+"""Keys a resumed run may change: how long it runs and what it writes, never what it trains. A staged learner's
+stage options may change the same way (``learner.rl1.steps``), and its stage list may grow: the staged run
+refuses a list that no longer matches the stages it ran (lrmgym/learners/staged.py)."""
+
+
+def may_change(key: str) -> bool:
+    """Whether a resumed run may change ``key`` (:data:`MAY_CHANGE`, also one level down: ``learner.rl1.steps``)."""
+    if key.startswith(MAY_CHANGE):
+        return True
+    parts = key.split(".")
+    stage_keys = {k.split(".", 1)[1] for k in MAY_CHANGE if k.startswith("learner.") and k != "learner.stages"}
+    return len(parts) == 3 and parts[0] == "learner" and parts[2] in stage_keys
 
 
 class ResumeConfigError(ValueError):
@@ -127,7 +140,7 @@ def check_config(
             "holds the config the run was started with)."
         )
     changed = sorted(k for k in before if now.get(k, "<absent>") != before[k])
-    refused = [k for k in changed if not k.startswith(MAY_CHANGE)]
+    refused = [k for k in changed if not may_change(k)]
     if refused:
         shown = "; ".join(f"{k}: {before[k]!r} -> {now.get(k, '<absent>')!r}" for k in refused[:6])
         more = f" (and {len(refused) - 6} more)" if len(refused) > 6 else ""

@@ -32,6 +32,10 @@ VARIANTS = {
 def test_every_learner_preset_resolves(name):
     cfg = resolve((*BASE, f"learner={name}"))
     assert cfg.learner.kind == load_preset("learner", name)["kind"]
+    if cfg.learner.kind == "ring_zero":  # a staged learner: the steps are each stage's
+        again = resolve((*BASE, f"learner={name}", "learner.rl1.steps=7"))
+        assert again.learner.rl1.steps == 7
+        return
     again = resolve((*BASE, f"learner={name}", "learner.steps=7"))  # and takes overrides like any preset
     assert again.learner.steps == 7
 
