@@ -402,6 +402,8 @@ def with_format(env: Any, mode: str, weight: float) -> Any:
 class _RLStage:
     """An RL stage of the staged run: the GRPO loop with Ring-Zero's reward, records and tiers."""
 
+    from_base = False
+
     def __init__(self, name: str, cfg: RingZeroRLConfig) -> None:
         self.name, self.cfg = name, cfg
         self.algorithm: RingZeroRL | None = None
@@ -459,6 +461,7 @@ class _SDStage:
     """Self-distillation: the corpus from the earlier RL stages' traces, then masked CE on the base model."""
 
     name = "sd"
+    from_base = True  # the paper distils into the base model, resetting the train/infer drift
 
     def __init__(self, cfg: SDConfig) -> None:
         self.cfg = cfg
@@ -482,7 +485,7 @@ class _SDStage:
             rows = [json.dumps({"prompt_token_ids": p, "target_token_ids": t}) for p, t in corpus]
             atomic_write_text(ctx.run_dir / "corpus_report.json", json.dumps(self.report, indent=1, default=str) + "\n")
             atomic_write_text(path, "".join(r + "\n" for r in rows))
-        run.load_base()  # the paper distils into the base model, resetting the train/infer drift
+        run.load_base()
         return self_distill_loop(ctx, self.cfg, corpus)
 
     def finish(self, run: StagedRun, ctx: RunContext, loop: Loop, summary: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,8 @@ class Stage(Protocol):
     """
 
     name: str
+    from_base: bool
+    """Whether the stage goes back to the base weights (:meth:`StagedRun.load_base`): the run then keeps a copy."""
 
     def build(self, run: StagedRun, ctx: RunContext) -> Any:
         """The stage's loop over ``ctx`` (anything with ``run(resume=...)`` returning a summary, and ``evals``)."""
@@ -90,8 +92,10 @@ class StagedRun:
             raise ValueError("a staged run needs at least one stage.")
         self.ctx, self.stages, self.learner = ctx, list(stages), learner
         self.model = ctx.policy.model
-        # The base weights, kept in memory: a stage that trains the base model again loads them from here.
-        self.base_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        # The base weights, kept in host memory when a stage trains the base model again (it loads them from here).
+        self.base_state: dict[str, Any] | None = None
+        if any(getattr(stage, "from_base", False) for stage in self.stages):
+            self.base_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.records: list[StageRecord] = []
         self.start = "base"  # what the current stage started from: "base" or the previous stage's folder name
 
@@ -119,6 +123,8 @@ class StagedRun:
     # ------------------------------------------------------------------------------------------ weights
     def load_base(self) -> None:
         """Put the base weights (the policy as the run built it) back into the policy."""
+        if self.base_state is None:
+            raise RuntimeError("load_base: no stage of this run declared from_base=True, so no base copy was kept.")
         self.model.load_state_dict(self.base_state)
         self.start = "base"
 
