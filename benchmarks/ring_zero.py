@@ -67,6 +67,10 @@ def run_variant(name: str, seed: int, args: argparse.Namespace) -> Path:
     folder = args.runs / f"{name}-s{seed}"
     if (folder / "summary.json").is_file():
         return folder
+    if folder.is_dir():  # a run stopped part-way (this script interrupted): continue it
+        wall = _cli(["--resume", str(folder)])
+        (folder / WALL).write_text(json.dumps({"rl1": wall, "resumed": True}))
+        return folder
     argv = ["env=math", "learner=ring_zero", "learner.stages=[rl1]", f"run.seed={seed}", *_budgets(args),
             *VARIANTS[name], f"run.output_dir={args.runs}", f"run.name={folder.name}"]  # fmt: skip
     wall = _cli(argv)
@@ -99,7 +103,9 @@ def run_grpo(seed: int, args: argparse.Namespace) -> Path:
             if same:
                 return old
     folder = args.runs / f"grpo-s{seed}"
-    if not (folder / "summary.json").is_file():
+    if folder.is_dir() and not (folder / "summary.json").is_file():
+        _cli(["--resume", str(folder)])
+    elif not folder.is_dir():
         _cli(["env=math", "learner=grpo", f"run.seed={seed}", "learner.time_budget_s=null", "learner.steps=1000000",
               f"learner.generation_budget={total}", "learner.progress=false", f"eval.tasks={args.eval_tasks}",
               f"run.output_dir={args.runs}",
