@@ -16,6 +16,7 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "dapo": "lrmgym.learners.dapo:DAPOConfig",
         "ppo": "lrmgym.learners.ppo:PPOConfig",
         "ring_zero": "lrmgym.learners.ring_zero:RingZeroConfig",
+        "reason_maxxer": "lrmgym.learners.reason_maxxer:ReasonMaxxerConfig",
     },
     "judge": {
         "accuracy": "lrmgym.judges.rule:AccuracyJudgeConfig",
