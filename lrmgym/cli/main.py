@@ -75,7 +75,7 @@ def _parse_options(tokens: tuple[str, ...]) -> dict[str, Any]:
 class _LazyGroup(click.Group):
     """A group whose extra commands live in their component's module, imported only when used or listed."""
 
-    lazy: dict[str, str] = {"judge": "lrmgym.cli.judge_cmd", "tiny": "lrmgym.cli.tiny_cmd"}
+    lazy: dict[str, str] = {name: f"lrmgym.cli.{name}_cmd" for name in ("judge", "tiny", "analyze", "export")}
 
     def _lazy_command(self, name: str) -> click.Command | None:
         try:

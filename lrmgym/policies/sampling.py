@@ -27,7 +27,7 @@ import torch
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.fastdecode import LlamaDecoder
 
-__all__ = ["SampledSequence", "compaction_order", "filter_logits", "sample_batch", "sequence_logprobs"]
+__all__ = ["BatchForward", "SampledSequence", "compaction_order", "filter_logits", "sample_batch", "sequence_logprobs"]
 
 
 @dataclass
@@ -79,7 +79,7 @@ def _output_cache(out: object) -> object:
     return cache if cache is not None else getattr(out, "past_key_values", None)
 
 
-class _Forward:
+class BatchForward:
     """Next-token logits for a shrinking batch.
 
     Through the lean :class:`~lrmgym.policies.fastdecode.LlamaDecoder` when the model qualifies, else through
@@ -176,7 +176,7 @@ def sample_batch(
     input_ids, attention = input_ids.to(device), attention.to(device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [U, T]
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
-    forward = _Forward(model, input_ids, attention, positions, sampling.max_new_tokens)
+    forward = BatchForward(model, input_ids, attention, positions, sampling.max_new_tokens)
 
     out_ids: list[list[int]] = [[] for _ in range(batch)]
     out_lp: list[list[float]] = [[] for _ in range(batch)]

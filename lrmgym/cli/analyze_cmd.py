@@ -1,0 +1,292 @@
+"""``lrmgym analyze``: analyses of trained policies.
+
+Example::
+
+    lrmgym analyze shift --base tiny --rl runs/math-grpo-20260101-120000 env=math --tasks 100 --out shift/
+
+``shift`` is ReasonMaxxer's token-shift analysis (:mod:`lrmgym.eval.shift`): where does the RL model's greedy
+choice depart from the base model's, and how many tokens carry the difference?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
+
+__all__ = ["command"]
+
+_SECTIONS = ("env", "eval")
+"""The config sections `analyze shift` reads from its overrides."""
+_MODEL_HELP = (
+    "a model folder (config.json + weights: loaded as policy=hf policy.model=PATH), a run directory of "
+    "`lrmgym run` (its newest checkpoint's weights in the run's own policy), or tiny (the shipped default model)"
+)
+
+
+class _UserError(click.ClickException):
+    exit_code = 2
+
+
+@click.group("analyze", short_help="Analyse trained policies (shift: an RL model against its base).")
+def command() -> None:
+    """Analyses of trained policies."""
+
+
+# ------------------------------------------------------------------------------------------------ models
+def _newest_weights(run_dir: Path) -> tuple[Path, str] | None:
+    """The newest weights file of a run and what it is: ``checkpoints/step_N.pt``, else the latest stage's."""
+    from lrmgym.learners.rundir import Checkpointer
+    from lrmgym.learners.staged import FINAL_WEIGHTS, STAGES_DIR
+
+    folders = [run_dir]
+    if (run_dir / STAGES_DIR).is_dir():
+        folders += sorted((p for p in (run_dir / STAGES_DIR).iterdir() if p.is_dir()), reverse=True)
+    for folder in folders:
+        stage = "" if folder == run_dir else f"stage {folder.name}, "
+        if stage and (folder / FINAL_WEIGHTS).is_file():
+            return folder / FINAL_WEIGHTS, f"the end of stage {folder.name}"
+        checkpoints = Checkpointer(folder / "checkpoints")
+        if checkpoints.steps():
+            return checkpoints.path(checkpoints.steps()[-1]), f"{stage}step {checkpoints.steps()[-1]}"
+    return None
+
+
+def _load_weights(path: Path, option: str) -> dict[str, Any]:
+    """The model state dict in ``path``: a checkpoint's ``state["model"]``, or a stage's ``final.pt`` itself."""
+    import torch
+
+    from lrmgym.learners.staged import FINAL_WEIGHTS
+
+    final = path.name == FINAL_WEIGHTS  # a bare state dict; a checkpoint also holds RNG states (not weights only)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=final)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user-facing problem
+        raise _UserError(f"{option}: {path} does not load ({type(err).__name__}: {str(err)[:200]}).") from None
+    weights = state if final else state.get("model") if isinstance(state, dict) else None
+    if not isinstance(weights, dict):
+        raise _UserError(f"{option}: {path} holds no model weights (no 'model' entry).")
+    return weights
+
+
+@dataclass(frozen=True)
+class _Model:
+    """A model named on the command line, checked but not loaded yet."""
+
+    option: str
+    config: Any  # the policy config
+    weights: Path | None  # a run's checkpoint to load into the policy, or None
+    where: str  # what it is, for the table and shift.json
+
+
+def _locate(value: str, option: str, device: str | None) -> _Model:
+    """What ``value`` names (see ``_MODEL_HELP``); a bad value is one ``Error:`` line naming it and the fix."""
+    import yaml
+
+    from lrmgym.configs.resolve import ConfigError, resolve_dict, validate_component
+    from lrmgym.policies.checkpoint import ModelFolderError, model_folder
+
+    extra = {"device": device} if device else {}
+    path = Path(value).expanduser()
+    try:
+        if value == "tiny":
+            return _Model(option, validate_component("policy", "policy", {"kind": "tiny", **extra}), None, value)
+        if not path.exists():
+            raise _UserError(
+                f"{option}: {value!r} does not exist; give a model folder (with config.json), a run directory of "
+                "`lrmgym run` (with config.yaml), or tiny (the shipped default model)."
+            )
+        if (path / "config.yaml").is_file():
+            tree = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
+            config = resolve_dict(tree if isinstance(tree, dict) else {}).policy
+            if config.kind not in ("tiny", "hf"):
+                raise _UserError(
+                    f"{option}: the run {str(path)!r} trained a {config.kind!r} policy, which has no weights to "
+                    "compare; give a run of a tiny or hf policy, or a model folder."
+                )
+            found = _newest_weights(path)
+            if found is None:
+                raise _UserError(
+                    f"{option}: the run directory {str(path)!r} holds no checkpoint yet (checkpoints/step_*.pt); let "
+                    "the run save one (learner.checkpoint_every) or give a model folder."
+                )
+            return _Model(option, config.model_copy(update=extra), found[0], f"{value} ({found[1]})")
+        if (path / "config.json").is_file():
+            model_folder(str(path), field=option)
+            return _Model(option, validate_component("policy", "policy", {"kind": "hf", "model": value, **extra}),
+                          None, value)  # fmt: skip
+    except (ConfigError, ModelFolderError, yaml.YAMLError) as err:
+        raise _UserError(f"{option}: {err}") from None
+    raise _UserError(
+        f"{option}: {value!r} is neither a model folder (no config.json) nor a run directory of `lrmgym run` "
+        "(no config.yaml); give one of those, or tiny (the shipped default model)."
+    )
+
+
+def _load(model: _Model) -> Any:
+    """Build the policy of ``model`` (its weights loaded) in eval mode."""
+    from lrmgym.compose import build_policy
+    from lrmgym.configs.resolve import ConfigError
+    from lrmgym.policies.checkpoint import ModelFolderError
+
+    try:
+        policy = build_policy(SimpleNamespace(policy=model.config))  # it reads only the policy section
+    except (ConfigError, ModelFolderError, FileNotFoundError, ValueError) as err:
+        raise _UserError(f"{model.option}: {err}") from None
+    if model.weights is not None:
+        try:
+            policy.model.load_state_dict(_load_weights(model.weights, model.option))
+        except RuntimeError as err:
+            first = str(err).splitlines()[0][:300]
+            raise _UserError(f"{model.option}: {model.weights} does not fit the run's policy ({first}).") from None
+    policy.model.eval()
+    return policy
+
+
+def _check_tokenizers(base: Any, rl: Any) -> None:
+    ours, theirs = base.tokenizer.get_vocab(), rl.tokenizer.get_vocab()
+    if ours != theirs:
+        differ = len(set(ours.items()) ^ set(theirs.items()))
+        raise _UserError(
+            f"--rl: its tokenizer's vocabulary differs from --base's ({len(theirs)} vs {len(ours)} tokens, {differ} "
+            "entries differ); the analysis compares next-token distributions id by id, so both need one tokenizer."
+        )
+
+
+# ------------------------------------------------------------------------------------------------ shift
+@command.command("shift", context_settings={"ignore_unknown_options": True})
+@click.option("--base", "base_name", required=True, metavar="MODEL", help=f"The base model: {_MODEL_HELP}.")
+@click.option("--rl", "rl_name", required=True, metavar="MODEL", help="The RL-tuned model, named like --base.")
+@click.option("--tasks", type=click.IntRange(min=1), default=None, help="Held-out tasks (default: eval.tasks).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens per decode (default: eval.max_new_tokens).")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Prompts decoded together (default: eval.batch_size).")
+@click.option("--device", default=None, help="Run both models here (cpu, cuda, auto); default: each policy's own.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the control's draws.")
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+    help="Write shift.json (every number and the config) and shift.png into this directory.",
+)  # fmt: skip
+@click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
+def shift(
+    base_name: str, rl_name: str, tasks: int | None, max_new_tokens: int | None, batch_size: int | None,
+    device: str | None, seed: int, out_dir: Path | None, overrides: tuple[str, ...],
+) -> None:  # fmt: skip
+    """Where does an RL model's greedy choice depart from its base model's (ReasonMaxxer's token shift)?
+
+    \b
+    On held-out tasks of the env the OVERRIDES select (env=..., eval.split, eval.tasks; default env=math), the
+    base model decodes greedily; at each of its positions the RL model's argmax on the same prefix is
+    UNSHIFTED (the base's argmax), RERANKED (in the base's top 5) or SHIFTED (outside). Reported: the three
+    rates, the RL token's mean rank under the base at reranked positions, the base entropy at reranked vs
+    unshifted positions; and the accuracy of four greedy decodes: base, RL, the oracle (the base, taking the
+    RL model's argmax where it re-ranks the base's top 5; with no shifted position that is the RL model's
+    greedy decode, and what counts is the share of tokens it edits) and the control (a random one of the
+    base's top 20 instead, where the RL model disagrees).
+
+    \b
+    MODEL (--base, --rl) is a model folder (config.json + weights, read as policy=hf policy.model=PATH), a run
+    directory of `lrmgym run` (its newest checkpoint's weights loaded into the run's own policy; in a staged
+    run, the latest stage's), or tiny (the shipped default model). Both must share one tokenizer. Decoding
+    stops at EOS or --max-new-tokens (eval.stop is not applied) and covers the first turn of multi-turn envs.
+    """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
+    for token in overrides:
+        key = token.partition("=")[0].split(".")[0]
+        if "=" in token and key not in _SECTIONS:
+            raise _UserError(
+                f"{token}: `lrmgym analyze shift` takes its models from --base and --rl and grades with the env's "
+                "own verifier; it reads only env=... and eval.* settings."
+            )
+    from lrmgym.configs.resolve import ConfigError, resolve
+
+    try:
+        cfg = resolve(overrides)
+    except ConfigError as err:
+        raise _UserError(str(err)) from None
+    outputs = _check_out(out_dir)
+    base_model, rl_model = _locate(base_name, "--base", device), _locate(rl_name, "--rl", device)
+    from lrmgym.compose import build_env
+    from lrmgym.eval.runner import select_tasks
+    from lrmgym.eval.shift import analyze_shift
+
+    eval_cfg = cfg.eval.model_copy(update={"tasks": tasks or cfg.eval.tasks})
+    try:
+        grader, chosen = select_tasks(build_env(cfg), eval_cfg)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        raise _UserError(f"env: {err}") from None
+    base, rl = _load(base_model), _load(rl_model)
+    _check_tokenizers(base, rl)
+    try:
+        report = analyze_shift(
+            base.model, rl.model, base.tokenizer, grader, chosen,
+            max_new_tokens=max_new_tokens or cfg.eval.max_new_tokens, batch_size=batch_size or cfg.eval.batch_size,
+            seed=seed, pass_threshold=cfg.eval.pass_threshold, eos_ids=base.eos_token_ids,
+            encode=base.encode_prompt, decode=base.decode, progress=True,
+        )  # fmt: skip
+    except ValueError as err:  # the models' vocabularies differ after all (e.g. padded embeddings)
+        raise _UserError(str(err)) from None
+    config = {**report.config, "base": base_model.where, "rl": rl_model.where, "env": cfg.env.model_dump(mode="json"),
+              "split": eval_cfg.split, "task_seed": eval_cfg.seed}  # fmt: skip
+    _print_table(report, config)
+    if outputs is not None:
+        _write(report, config, *outputs)
+
+
+def _check_out(out_dir: Path | None) -> tuple[Path, Path] | None:
+    """``(shift.json, shift.png)`` under ``--out``, checked before any model is loaded."""
+    if out_dir is None:
+        return None
+    from lrmgym.files import OutputPathError, check_output_file
+
+    try:
+        return (check_output_file(out_dir / "shift.json", what="--out"),
+                check_output_file(out_dir / "shift.png", what="--out"))  # fmt: skip
+    except OutputPathError as err:
+        raise _UserError(str(err)) from None
+
+
+def _write(report: Any, config: dict[str, Any], json_path: Path, png_path: Path) -> None:
+    import json
+
+    from lrmgym.eval.shift import plot_shift
+    from lrmgym.files import atomic_write_text
+
+    text = json.dumps({**report.to_dict(), "config": config}, indent=2, ensure_ascii=False)
+    atomic_write_text(json_path, text + "\n")
+    plot_shift(report, png_path)
+    click.echo(f"results: {json_path}  plot: {png_path}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_table(report: Any, config: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = report.summary
+    table = Table(title=f"token shift: {config['rl']} vs {config['base']} on {config['env']['id']} "
+                  f"({config['tasks']} tasks, {s['positions']} base positions)")  # fmt: skip
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name in ("unshifted", "reranked", "shifted"):
+        table.add_row(f"{name} rate", f"{_pct(s['rates'][name])} ({s['counts'][name]})")
+    table.add_row("RL token's mean rank under the base (reranked)", _num(s["reranked_mean_rank"]))
+    entropy = s["entropy"]
+    table.add_row("base entropy, reranked / unshifted (nats)",
+                  f"{_num(entropy['reranked'], 3)} / {_num(entropy['unshifted'], 3)}")  # fmt: skip
+    table.add_row("entropy ratio (reranked / unshifted)", _num(s["entropy_ratio"]))
+    for name, label in (("base", "base"), ("rl", "RL"), ("oracle", "oracle"), ("control", "control (random top-20)")):
+        table.add_row(f"greedy accuracy: {label}", _pct(report.accuracy[name]))
+    table.add_row("oracle: share of tokens edited", _pct(report.oracle_edit_rate))
+    table.add_row("control: share of tokens edited", _pct(report.control_edit_rate))
+    table.add_row("oracle = RL's own greedy tokens", _pct(report.oracle_matches_rl))
+    table.add_row("wall time", f"{report.wall_s:.1f} s")
+    Console().print(table)

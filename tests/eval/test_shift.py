@@ -1,0 +1,256 @@
+"""The token-shift analysis (`lrmgym.eval.shift`, `lrmgym analyze shift`): classes, oracle, control, CLI errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from lrmgym.cli.main import cli
+from lrmgym.envs.echo import EchoEnv
+from lrmgym.eval.shift import RERANKED, SHIFTED, UNSHIFTED, analyze_shift, classify_positions, summarize_positions
+from lrmgym.policies.tiny import build_tokenizer
+
+
+def _entropy(probs: list[float]) -> float:
+    return -sum(p * math.log(p) for p in probs)
+
+
+# ------------------------------------------------------------------------------------------------ classes
+BASE_PROBS = [
+    [0.5, 0.1, 0.1, 0.1, 0.1, 0.1],  # the RL model picks token 0 too: UNSHIFTED
+    [0.3, 0.25, 0.2, 0.15, 0.06, 0.04],  # the RL model picks token 2, the base's third: RERANKED, rank 3
+    [0.4, 0.2, 0.15, 0.12, 0.08, 0.05],  # the RL model picks token 5, the base's sixth: SHIFTED, rank 6
+]
+RL_PICKS = [0, 2, 5]
+
+
+def _hand_made() -> tuple[torch.Tensor, torch.Tensor]:
+    base = torch.tensor(BASE_PROBS).log()
+    rl = torch.zeros(3, 6)
+    rl[torch.arange(3), torch.tensor(RL_PICKS)] = 4.0
+    return base, rl
+
+
+def test_classification_rank_and_entropy_on_hand_made_logits():
+    stats = classify_positions(*_hand_made())
+    assert stats.classes.tolist() == [UNSHIFTED, RERANKED, SHIFTED]
+    assert stats.rank.tolist() == [1, 3, 6]
+    assert stats.base_top.tolist() == [0, 0, 0] and stats.rl_top.tolist() == RL_PICKS
+    assert stats.entropy.tolist() == pytest.approx([_entropy(p) for p in BASE_PROBS], rel=1e-5)
+
+    summary = summarize_positions(stats.classes.tolist(), stats.rank.tolist(), stats.entropy.tolist())
+    assert summary["counts"] == {"unshifted": 1, "reranked": 1, "shifted": 1}
+    assert summary["rates"] == pytest.approx({"unshifted": 1 / 3, "reranked": 1 / 3, "shifted": 1 / 3})
+    assert summary["reranked_mean_rank"] == 3.0 and summary["shifted_mean_rank"] == 6.0
+    ratio = _entropy(BASE_PROBS[1]) / _entropy(BASE_PROBS[0])
+    assert summary["entropy_ratio"] == pytest.approx(ratio, rel=1e-5)
+
+
+def test_a_wider_top_k_turns_the_shifted_position_into_a_reranked_one():
+    assert classify_positions(*_hand_made(), top_k=6).classes.tolist() == [UNSHIFTED, RERANKED, RERANKED]
+
+
+def test_means_over_no_position_are_none():
+    summary = summarize_positions([UNSHIFTED, UNSHIFTED], [1, 1], [0.5, 1.5])
+    assert summary["rates"]["unshifted"] == 1.0
+    assert summary["reranked_mean_rank"] is None and summary["entropy_ratio"] is None
+    assert summary["entropy"]["unshifted"] == 1.0
+
+
+def test_different_vocabularies_are_refused():
+    with pytest.raises(ValueError, match=r"^The base logits have shape \(3, 6\) and the RL logits \(3, 7\)"):
+        classify_positions(torch.zeros(3, 6), torch.zeros(3, 7))
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def base_model(tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+        intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False, pad_token_id=0,
+        bos_token_id=None, eos_token_id=1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def echo():
+    env = EchoEnv(words=1)
+    return env, [env.task_at(i, seed=0) for i in range(2)]  # every Echo word has 5 letters: equal prompt lengths
+
+
+def test_identical_models_are_all_unshifted_and_the_oracle_is_the_base(base_model, tokenizer, echo):
+    env, tasks = echo
+    report = analyze_shift(base_model, copy.deepcopy(base_model), tokenizer, env, tasks, max_new_tokens=10)
+    assert report.summary["rates"] == {"unshifted": 1.0, "reranked": 0.0, "shifted": 0.0}
+    assert report.summary["positions"] == sum(t["base"]["tokens"] for t in report.tasks) > 0
+    assert report.oracle_edit_rate == 0.0 and report.control_edit_rate == 0.0 and report.oracle_matches_rl == 1.0
+    for task in report.tasks:
+        assert task["oracle"]["text"] == task["base"]["text"] == task["rl"]["text"] == task["control"]["text"]
+    assert len(set(report.accuracy.values())) == 1
+    assert json.loads(json.dumps(report.to_dict()))["counts"]["unshifted"] == report.summary["positions"]
+
+
+def _biased_at(model, position: int, token: int):
+    """A copy of ``model`` whose logits for ``token`` are raised by 100 where the prefix ends at ``position``.
+
+    A forward hook also keeps the lean decoder out, so the copy runs through ``model.forward`` (as the base
+    must, with :func:`_observed`, for the two to compute the same logits bit for bit).
+    """
+    biased = copy.deepcopy(model)
+
+    def hook(module, args, kwargs, output):
+        rows = kwargs["position_ids"][:, -1] == position  # [b] the absolute position of each row's last token
+        output.logits[rows, -1, token] += 100.0
+        return output
+
+    biased.register_forward_hook(hook, with_kwargs=True)
+    return biased
+
+
+def _observed(model):
+    observed = copy.deepcopy(model)
+    observed.register_forward_hook(lambda module, args, output: output)
+    return observed
+
+
+@pytest.mark.parametrize("kind", ["reranked", "shifted"])
+def test_an_rl_model_that_differs_at_one_position_is_edited_exactly_there(base_model, tokenizer, echo, kind):
+    env, tasks = echo
+    tasks = tasks[:1]
+    base = _observed(base_model)
+    plain = analyze_shift(base, base, tokenizer, env, tasks, max_new_tokens=10)
+    prompt_ids = tokenizer(tasks[0].prompt)["input_ids"]
+    p = 4  # the completion index where the RL model disagrees
+    ids = tokenizer(plain.tasks[0]["base"]["text"])["input_ids"]
+    assert len(ids) > p
+    with torch.no_grad():  # the base's ranking of the next token after the base's first p completion tokens
+        ranked = base_model(input_ids=torch.tensor([prompt_ids + ids[:p]])).logits[0, -1].argsort(descending=True)
+    # reranked: the base's second choice there; shifted: its 50th (outside its top 5)
+    forced = int(ranked[1] if kind == "reranked" else ranked[49])
+    rl = _biased_at(base_model, len(prompt_ids) - 1 + p, forced)  # logits at position q predict token q + 1
+
+    report = analyze_shift(base, rl, tokenizer, env, tasks, max_new_tokens=10)
+    task = report.tasks[0]
+    assert report.summary["counts"]["unshifted"] == report.summary["positions"] - 1
+    assert (task["reranked"], task["shifted"]) == ((1, 0) if kind == "reranked" else (0, 1))
+    assert task["base"]["text"] == plain.tasks[0]["base"]["text"]  # the base path does not depend on the RL model
+    rl_ids = tokenizer(task["rl"]["text"])["input_ids"]
+    assert rl_ids[:p] == ids[:p] and rl_ids[p] == forced
+    oracle = tokenizer(task["oracle"]["text"])["input_ids"]
+    if kind == "reranked":  # the oracle takes the RL token there, then decodes on from the corrected prefix
+        assert task["oracle"]["edits"] == 1 and oracle[:p] == ids[:p] and oracle[p] == forced
+        assert task["oracle"]["text"] == task["rl"]["text"] and report.oracle_matches_rl == 1.0
+        assert report.oracle_edit_rate == pytest.approx(1 / task["oracle"]["tokens"])
+    else:  # a shifted position is not the base re-ranking its own candidates: the oracle keeps the base's token
+        assert task["oracle"]["edits"] == 0 and task["oracle"]["text"] == task["base"]["text"]
+        assert report.oracle_matches_rl == 0.0
+    assert task["control"]["edits"] == 1
+    control = tokenizer(task["control"]["text"])["input_ids"]
+    assert control[:p] == ids[:p] and control[p] != ids[p]
+
+
+def test_models_with_different_vocabularies_are_refused(base_model, tokenizer, echo):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    env, tasks = echo
+    other = LlamaForCausalLM(LlamaConfig(**{**base_model.config.to_dict(), "vocab_size": len(tokenizer) + 3})).eval()
+    vocab = len(tokenizer)
+    with pytest.raises(ValueError, match=rf"^The base model scores {vocab} tokens and the RL model {vocab + 3};"):
+        analyze_shift(base_model, other, tokenizer, env, tasks, max_new_tokens=2)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--base", "/nonexistent/model", "--rl", "tiny"),
+            "Error: --base: '/nonexistent/model' does not exist; give a model folder (with config.json), a run "
+            "directory of `lrmgym run` (with config.yaml), or tiny (the shipped default model).",
+        ),
+        (
+            ("--base", "tiny", "--rl", "tiny", "policy=hf"),
+            "Error: policy=hf: `lrmgym analyze shift` takes its models from --base and --rl and grades with the "
+            "env's own verifier; it reads only env=... and eval.* settings.",
+        ),
+    ],
+)
+def test_cli_errors(args, message):
+    result = invoke("analyze", "shift", *args)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == message
+
+
+def test_cli_refuses_a_folder_that_is_neither_a_model_nor_a_run(tmp_path):
+    result = invoke("analyze", "shift", "--base", "tiny", "--rl", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"Error: --rl: {str(tmp_path)!r} is neither a model folder (no config.json) nor a run directory of "
+        "`lrmgym run` (no config.yaml); give one of those, or tiny (the shipped default model)."
+    )
+
+
+def test_cli_tiny_against_itself_writes_json_and_plot(tmp_path):
+    out = tmp_path / "shift"
+    args = ["--base", "tiny", "--rl", "tiny", "--tasks", "2", "--max-new-tokens", "6", "--out", str(out), "env=echo"]
+    result = invoke("analyze", "shift", *args)
+    assert result.exit_code == 0, result.output
+    assert "reranked" in result.output and "oracle" in result.output
+    report = json.loads((out / "shift.json").read_text())
+    assert report["rates"]["unshifted"] == 1.0 and report["oracle_matches_rl"] == 1.0
+    assert report["config"]["base"] == "tiny" and report["config"]["env"]["id"] == "lrmgym/Echo-v0"
+    assert (out / "shift.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _fake_run(folder, noise: float):
+    """A run directory of `lrmgym run` (policy=tiny, env=echo) whose one checkpoint holds perturbed weights."""
+    from lrmgym.configs.resolve import resolve
+    from lrmgym.policies.tiny import TinyPolicyConfig
+
+    folder.mkdir()
+    (folder / "config.yaml").write_text(resolve(["env=echo"]).to_yaml())
+    state = TinyPolicyConfig().build().model.state_dict()
+    torch.manual_seed(0)
+    state = {k: v + noise * torch.randn_like(v) for k, v in state.items()}
+    (folder / "checkpoints").mkdir()
+    torch.save({"model": state, "optimizer": {}, "step": 3}, folder / "checkpoints" / "step_000003.pt")
+    return folder
+
+
+def test_cli_loads_a_run_directory_s_newest_checkpoint_into_its_policy(tmp_path):
+    run = _fake_run(tmp_path / "run", noise=0.3)
+    args = ["--base", "tiny", "--rl", str(run), "--tasks", "2", "--max-new-tokens", "6", "--out", str(tmp_path)]
+    result = invoke("analyze", "shift", *args, "env=echo")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "shift.json").read_text())
+    assert report["config"]["rl"] == f"{run} (step 3)"
+    assert report["rates"]["unshifted"] < 1.0  # the perturbed weights were loaded, not the run's initial ones
+
+
+def test_cli_refuses_a_run_without_a_checkpoint(tmp_path):
+    run = _fake_run(tmp_path / "run", noise=0.0)
+    (run / "checkpoints" / "step_000003.pt").unlink()
+    result = invoke("analyze", "shift", "--base", "tiny", "--rl", str(run))
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"Error: --rl: the run directory {str(run)!r} holds no checkpoint yet (checkpoints/step_*.pt); let the run "
+        "save one (learner.checkpoint_every) or give a model folder."
+    )
