@@ -72,6 +72,23 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _rollout_worker(pid: int) -> int | None:
+    """The trainer's rollout worker: its child that runs a spawned interpreter and holds the most memory (the
+    model's copy), not multiprocessing's resource tracker (killing that one would only test the tracker)."""
+    best, best_rss = None, -1
+    for child in _children(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            rss = int(Path(f"/proc/{child}/statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"resource_tracker" in cmdline or b"spawn_main" not in cmdline:
+            continue
+        if rss > best_rss:
+            best, best_rss = child, rss
+    return best
+
+
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     ckpt = run_dir / "checkpoints"
     newest = sorted(p for p in ckpt.iterdir() if p.name.startswith("step_") and p.suffix == ".pt")[-1]
@@ -94,7 +111,10 @@ def run(kills: int, seed: int, use_async: bool, root: Path) -> dict:
     # evaluation; STEPS: the "after" evaluation and the end), sorted so that the run moves on between kills, plus
     # a random delay once the target is reached (within about one step, or within start-up).
     step_s = full_s / (STEPS + 8)  # the evaluations and the start take about 8 steps' time
-    targets = sorted(int(t) for t in rng.integers(0, STEPS + 1, size=kills))
+    # Distinct targets while there are enough steps: a repeated one finds the run already there, and its kill
+    # lands in the resumed process's start-up instead of in training.
+    distinct = kills <= STEPS + 1
+    targets = sorted(int(t) for t in rng.choice(STEPS + 1, size=kills, replace=not distinct))
     events, resume, workers_seen = [], False, set()
     for k, target in enumerate(targets):
         if not resume and victim.is_dir():  # killed between making the folder and writing its config.yaml
@@ -127,8 +147,9 @@ def run(kills: int, seed: int, use_async: bool, root: Path) -> dict:
         target, who = proc.pid, "trainer"
         workers = _children(proc.pid)
         workers_seen.update(workers)
-        if use_async and (k % 3 == 2) and workers:
-            target, who = workers[0], "rollout worker"
+        worker = _rollout_worker(proc.pid) if use_async and k % 3 == 2 else None
+        if worker is not None:
+            target, who = worker, "rollout worker"
         phase = _phase(victim, stdout, lines_at_start)
         os.kill(target, signal.SIGKILL)
         try:
