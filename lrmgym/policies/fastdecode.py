@@ -34,7 +34,31 @@ _SUPPORTED = ("llama", "mistral", "qwen2")
 
 
 def _plain_linear(module: Any) -> bool:
-    return type(module) is torch.nn.Linear
+    return _linear_weights(module) is not None
+
+
+def _linear_weights(module: Any) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """``(weight, bias)`` a linear layer applies: a plain ``nn.Linear``'s, or a peft LoRA layer's effective ones.
+
+    A LoRA layer (``peft.tuners.lora.Linear`` over a plain ``nn.Linear``, no DoRA) applies ``W + sum of its active
+    adapters' deltas`` (each ``scaling * B @ A``, peft's ``get_delta_weight``) in eval mode, where its dropout is
+    the identity; when its adapters are disabled or merged into ``W``, just ``W``. Anything else: None (the
+    decoder does not apply, and sampling takes the model's own forward).
+    """
+    if type(module) is torch.nn.Linear:
+        return module.weight, module.bias
+    base = getattr(module, "base_layer", None)
+    if type(base) is not torch.nn.Linear or not callable(getattr(module, "get_delta_weight", None)):
+        return None
+    if any(getattr(module, "use_dora", {}).values()) or getattr(module, "lora_embedding_A", None):
+        return None
+    if getattr(module, "disable_adapters", False) or getattr(module, "merged", False):
+        return base.weight, base.bias
+    weight = base.weight
+    for name in getattr(module, "active_adapters", ()):
+        if name in getattr(module, "lora_A", {}):
+            weight = weight + module.get_delta_weight(name)
+    return weight, base.bias
 
 
 class _Layer:
@@ -48,12 +72,16 @@ class _Layer:
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
         # The attention scale is folded into the query rows (RoPE is linear, so scaling before it is the same).
         scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))
-        self.qkv_w = torch.cat([attn.q_proj.weight * scaling, attn.k_proj.weight, attn.v_proj.weight])
-        biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
+        (q_w, q_b), (k_w, k_b), (v_w, v_b), (o_w, o_b), (g_w, _), (u_w, _), (d_w, _) = (
+            _linear_weights(m)  # type: ignore[misc]  # build() checked that each is a (LoRA-)linear layer
+            for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        )
+        self.qkv_w = torch.cat([q_w * scaling, k_w, v_w])
+        biases = [q_b, k_b, v_b]
         self.qkv_b = torch.cat([biases[0] * scaling, *biases[1:]]) if all(b is not None for b in biases) else None
-        self.o_w, self.o_b = attn.o_proj.weight, attn.o_proj.bias
-        self.gate_up_w = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        self.down_w = mlp.down_proj.weight
+        self.o_w, self.o_b = o_w, o_b
+        self.gate_up_w = torch.cat([g_w, u_w])
+        self.down_w = d_w
 
 
 def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
@@ -90,8 +118,7 @@ class LlamaDecoder:
         inner = model.model
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm
-        self.lm_head_w = model.lm_head.weight
-        self.lm_head_b = model.lm_head.bias
+        self.lm_head_w, self.lm_head_b = _linear_weights(model.lm_head)  # type: ignore[misc]
         self.rotary = inner.rotary_emb
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
@@ -105,7 +132,13 @@ class LlamaDecoder:
 
     @classmethod
     def build(cls, model: Any) -> LlamaDecoder | None:
-        """A decoder over ``model``'s current weights, or ``None`` if its architecture is not the supported one."""
+        """A decoder over ``model``'s current weights, or ``None`` if its architecture is not the supported one.
+
+        A peft model is decoded through its base model's modules, with the LoRA layers' effective weights.
+        """
+        get_base = getattr(model, "get_base_model", None)
+        if callable(get_base):  # a peft PeftModel: its LoRA layers sit inside the base model's modules
+            model = get_base()
         config = getattr(model, "config", None)
         inner = getattr(model, "model", None)
         if config is None or inner is None or getattr(config, "model_type", None) not in _SUPPORTED:
@@ -123,10 +156,9 @@ class LlamaDecoder:
             attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
             projections = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
             projections += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
-            if not all(_plain_linear(p) for p in projections) or mlp.down_proj.bias is not None:
-                return None
-            if mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
-                return None
+            weights = [_linear_weights(p) for p in projections]
+            if any(w is None for w in weights) or any(w[1] is not None for w in weights[4:]):  # type: ignore[index]
+                return None  # not (LoRA-)linear, or an MLP with biases
             if any(hasattr(attn, n) for n in ("q_norm", "k_norm")):
                 return None
         return cls(model)

@@ -156,12 +156,29 @@ def test_unsupported_models_use_model_forward():
     assert LlamaDecoder.build(hooked) is None  # hooks must see every forward
 
 
-def test_lora_wrapped_model_uses_model_forward():
+def test_a_lora_model_decodes_through_its_effective_weights():
     peft = pytest.importorskip("peft")
     model = peft.get_peft_model(
-        _model("llama"), peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-    )
-    assert LlamaDecoder.build(model) is None
-    assert LlamaDecoder.build(model.get_base_model()) is None  # its q_proj/v_proj are LoRA layers now
-    out = sample_batch(model, [[3, 4]], SamplingParams(temperature=0.0, max_new_tokens=4), eos_ids=[2], pad_id=0)
-    assert len(out[0].token_ids) >= 1
+        _model("llama", num_key_value_heads=2),
+        peft.LoraConfig(
+            r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0
+        ),
+    ).eval()
+    with torch.no_grad():  # peft starts B at 0 (no change): make the adapters matter
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.3)
+    ids, att, pos = _left_padded([[3, 4, 5, 6], [7, 8]], pad=0)
+    with torch.inference_mode():
+        ref = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, -1]
+        dec = LlamaDecoder.build(model)
+        assert dec is not None
+        torch.testing.assert_close(dec.prefill(ids, att, pos, new=2), ref, rtol=1e-4, atol=1e-4)
+        with model.disable_adapter():  # the frozen base, as ReasonMaxxer scores it
+            base = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, -1]
+            torch.testing.assert_close(
+                LlamaDecoder.build(model).prefill(ids, att, pos, new=2), base, rtol=1e-4, atol=1e-4
+            )
+        assert (ref - base).abs().max() > 1e-2  # the adapter changes the logits: the two checks differ
+    dora = peft.get_peft_model(_model("llama"), peft.LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
+    assert LlamaDecoder.build(dora) is None  # DoRA rescales the weight: not a plain delta, so model.forward
