@@ -112,6 +112,8 @@ class Component:
         latency_s: Wall-clock seconds it took.
         cached: Whether the score came from a cache.
         reason: A short human-readable explanation.
+        raw_score: The judge's own unnormalised score behind ``score``, when it has one (the arena's
+            Bradley-Terry strength, before the group's min-max normalisation); ``None`` otherwise.
     """
 
     name: str
@@ -120,6 +122,7 @@ class Component:
     latency_s: float = 0.0
     cached: bool = False
     reason: str = ""
+    raw_score: float | None = None
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,7 @@ class ArenaJudge(BaseJudge):
                 if k in by_index:
                     r, b = by_index[k]
                     reason = f"tournament: strength {b:+.3f} ({made} comparisons, {calls} judge calls in the group)"
-                    out.append(Component(self.name, r, self.weight, latency, False, reason))
+                    out.append(Component(self.name, r, self.weight, latency, False, reason, raw_score=b))
                 else:
                     out.append(Component(self.name, None, self.weight, latency, False, v.reason or "ungradeable"))
         counts["seconds"] = time.perf_counter() - start

@@ -37,6 +37,7 @@ transcripts).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,9 +77,14 @@ class TraceFileError(ValueError):
 def arena_strength(verdict: Mapping[str, Any] | None) -> float | None:
     """The Bradley-Terry strength in a logged verdict's arena component, or ``None`` when it has none.
 
-    The first component whose reason is the arena's tournament line counts (a verdict has one arena).
+    The component's ``raw_score`` (the unrounded strength), or for runs logged before it was recorded, the
+    strength in its reason, the arena's tournament line (rounded to 3 decimals). The first such component counts
+    (a verdict has one arena).
     """
     for component in (verdict or {}).get("components") or ():
+        raw = component.get("raw_score") if isinstance(component, Mapping) else None
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw):
+            return float(raw)
         match = _STRENGTH_RE.match(str(component.get("reason", ""))) if isinstance(component, Mapping) else None
         if match:
             return float(match.group(1))

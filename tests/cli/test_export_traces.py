@@ -187,6 +187,8 @@ def test_a_directory_without_samples_is_one_error(tmp_path):
 
 def test_arena_strength_reads_only_the_tournament_line():
     assert arena_strength({"components": [_arena(-1.25)]}) == -1.25
+    raw = {**_arena(-1.25), "raw_score": -1.2468}  # a run that records the unrounded strength: that one
+    assert arena_strength({"components": [raw]}) == -1.2468
     assert arena_strength({"components": [{"reason": "verifier (not routed)"}]}) is None
     assert arena_strength(None) is None and arena_strength({}) is None
 
@@ -213,7 +215,7 @@ def test_a_real_arena_run_exports_the_strengths_behind_its_rewards(tmp_path):
         spread += high > low
         for r in group:  # the arena's reward: the group's strengths min-max normalised (0 when all tie)
             expected = (r["strength"] - low) / (high - low) if high > low else 0.0
-            assert r["reward"] == pytest.approx(expected, abs=2e-3 / max(high - low, 1e-3))
+            assert r["reward"] == pytest.approx(expected, abs=1e-9)  # the unrounded strength (raw_score)
     assert spread >= 1  # a group the tournament separated (the seeded run has two)
     strength = {(r["prompt"], r["completion"]): r["strength"] for r in rows}
     pairs = _read(tmp_path / "pairs.jsonl")
