@@ -105,6 +105,10 @@ class Algorithm:
         """What the progress bar shows of a step's metrics."""
         return {}
 
+    def summary(self) -> dict[str, Any]:
+        """What ``summary.json`` records of this algorithm beyond the loop's keys (under the algorithm's name)."""
+        return {}
+
     def close(self) -> None:
         """Release workers and other resources (called once, also after an error)."""
 
@@ -317,6 +321,9 @@ class Loop:
         }
         if self.log_gaps:
             summary["log_gaps"] = self.log_gaps
+        extra = self.algorithm.summary()
+        if extra:
+            summary[self.algorithm.name] = extra
         atomic_write_json(self.run_dir / "summary.json", summary)
         return summary
 

@@ -812,6 +812,10 @@ class ReasonMaxxer(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
+    def summary(self) -> dict[str, Any]:
+        """The data counts, tau and the compute of making the data (also in ``reason_maxxer/report.json``)."""
+        return dict(self.report)
+
     def postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
         """Loss, anchor KL, learning rate and epoch."""
         return {

@@ -227,6 +227,7 @@ def test_rollouts_are_stored_once_and_a_resume_never_samples_again(tmp_path):
     assert summary["steps"] == len(lines) == report["steps"] == math.ceil(report["rollouts_trained"] / 2)
     assert lines[0]["generations"] == 32 and summary["generations"] == 32
     assert lines[0]["data/problems_sampled"] == 8 and lines[0]["compute/generated_tokens"] > 0
+    assert summary["reason_maxxer"] == report  # the data counts and tau are in summary.json too
     again = _ctx(tmp_path, "run", policy=tiny_hf_policy(seed=3))
     calls = _Counting(again.policy)
     _cfg(checkpoint_every=2).build(again).run(resume=True)
