@@ -6,11 +6,12 @@ What a run logs: ``samples.jsonl`` of ``lrmgym run`` holds, for every training s
 advantages and verdicts. To log every rollout, run with ``learner.log_samples=<learner.prompts_per_step>``.
 Token ids are not logged, so ``prompt_token_ids`` and ``token_ids`` are ``null`` (a reader re-tokenises).
 
-One row per rollout (:data:`TRACE_FIELDS`, in this order)::
+One row per rollout, a :class:`~lrmgym.learners.traces.JudgedRollout` line (:data:`TRACE_FIELDS`, in this
+order, so the file is ``learner=reason_maxxer``'s ``rollouts_from`` input)::
 
     {"task_id": str, "prompt": str | [chat messages], "completion": str, "prompt_token_ids": [int] | null,
      "token_ids": [int] | null, "reward": float | null, "correct": bool | null, "strength": float | null,
-     "step": int, "verdict": {...}}
+     "finish_reason": null, "step": int, "verdict": {...}}
 
 ``completion`` is the final policy turn. For a multi-turn trajectory ``prompt`` is the transcript before it: a
 text prompt followed by the earlier turns' texts as the policy saw them (EOS tokens are not in the text), or
@@ -20,9 +21,10 @@ the verdict's flag, ``verdict`` the logged verdict (``{}`` when the trajectory h
 
 ``strength`` is the Bradley-Terry strength the arena judge (:mod:`lrmgym.judges.arena`) fitted for the rollout
 when its group went to the tournament; ``null`` for groups it did not route and without an arena judge. The
-arena records it in one place only: the text of its verdict component, ``"tournament: strength +0.123 (...)"``,
-rounded to 3 decimals (:func:`arena_strength` reads it back). The arena's *reward* for the rollout is that
-component's ``score``: the group's strengths min-max normalised to [0, 1] (times ``reward_scale``).
+arena records it as its verdict component's ``raw_score`` (runs logged before that: only in the component's
+text, ``"tournament: strength +0.123 (...)"``, rounded to 3 decimals; :func:`arena_strength` reads either). The
+arena's *reward* for the rollout is that component's ``score``: the group's strengths min-max normalised to
+[0, 1] (times ``reward_scale``).
 
 Preference pairs (TRL's preference format: ``{"prompt", "chosen", "rejected"}``, all strings; conversational,
 i.e. lists of messages with the completions as one ``assistant`` message each, when the prompt is chat
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lrmgym.files import atomic_write_text
+from lrmgym.learners.traces import TRACE_FIELDS
 
 __all__ = [
     "SKIP_REASONS",
@@ -58,11 +61,7 @@ __all__ = [
     "trace_rows",
 ]
 
-TRACE_FIELDS = (
-    "task_id", "prompt", "completion", "prompt_token_ids", "token_ids", "reward", "correct", "strength", "step",
-    "verdict",
-)  # fmt: skip
-"""The keys of an exported rollout, in order."""
+
 PairScore = Literal["auto", "reward", "strength"]
 SKIP_REASONS = ("tie", "margin", "identical", "duplicate", "other_prompt", "unscored")
 """Why a rollout made no pair (see :func:`preference_pairs`)."""
@@ -160,6 +159,7 @@ def trace_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             "reward": traj.get("reward"),
             "correct": verdict.get("correct"),
             "strength": arena_strength(verdict),
+            "finish_reason": None,  # not logged
             "step": record["step"],
             "verdict": verdict,
         })  # fmt: skip
