@@ -60,6 +60,7 @@ def test_bad_stage_options_are_refused_by_name(override, says):
 
 def test_ppo_clip_in_rl1_drops_the_cap_but_an_explicit_cap_is_refused():
     assert RL1Config(pg_loss="ppo_clip").is_cap is None
+    assert resolve((*BASE, "learner.rl1.pg_loss=ppo_clip")).learner.rl1.is_cap is None  # also over the preset
     with pytest.raises(ValueError, match="is_cap"):
         RL1Config(pg_loss="ppo_clip", is_cap=5.0)
 
