@@ -100,7 +100,7 @@ def summarise(samples: list[dict], steps: int) -> dict:
     return out
 
 
-def report(result: dict, steps: int) -> str:
+def report(result: dict, steps: int, load_start: tuple, load_end: tuple) -> str:
     rows = []
     for key, label in (("trainer", "trainer process"), ("children", "its children (rollout worker, verifiers)")):
         r = result[key]
@@ -114,7 +114,7 @@ def report(result: dict, steps: int) -> str:
         "",
         f"`python benchmarks/memory_soak.py --steps {steps}`: `lrmgym run env=math learner=grpo` (async rollouts) "
         f"for {result['steps']} steps in {result['wall_s']:.0f} s, RSS sampled every second. Warm = after the "
-        f"first {max(1, steps // 10)} steps. Load at the start: {tuple(round(x, 2) for x in os.getloadavg())}.",
+        f"first {max(1, steps // 10)} steps. Load average at the start: {load_start}, at the end: {load_end}.",
         "",
         "| process | RSS warm (MB) | RSS end (MB) | peak (MB) | growth (MB) | growth / 100 steps (MB) | "
         "fitted slope / 100 steps (MB) | growth < 10 % of warm |",
@@ -131,9 +131,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "memory_soak.md")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
+    load_start = tuple(round(x, 2) for x in os.getloadavg())
     samples = soak(args.steps, args.root)
     result = summarise(samples, args.steps)
-    text = report(result, args.steps)
+    text = report(result, args.steps, load_start, tuple(round(x, 2) for x in os.getloadavg()))
     args.out.write_text(text, encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps({"summary": result, "samples": samples[::5]}, indent=1))
     print(text)
