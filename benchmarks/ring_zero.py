@@ -124,6 +124,11 @@ def stage_summary(folder: Path, name: str) -> dict:
     return next(s for s in summary["stages"] if s["stage"] == name)
 
 
+def rl1_after(folder: Path) -> dict | None:
+    """RL-1's held-out evaluation after its last step (the run's own "after" is the last stage's once extended)."""
+    return stage_summary(folder, "rl1")["after"]
+
+
 def window_mean(lines: list[dict], key: str, lo: float, hi: float) -> float:
     """Mean of ``key`` over the steps in the fraction ``[lo, hi)`` of the run."""
     n = len(lines)
@@ -187,8 +192,8 @@ def report(args: argparse.Namespace, seeds: list[int], load: tuple) -> str:
                 _ms(col(v, lambda m, f: window_mean(m, "length/mean", 0.8, 1.0))),
                 _ms(col(v, lambda m, f: window_mean(m, "after_answer/frac", 0.8, 1.0)), 100),
                 _ms(col(v, lambda m, f: window_mean(m, "after_answer/chars", 0.8, 1.0)), 1, 2),
-                _ms(col(v, lambda m, f: _acc(json.loads((f / "summary.json").read_text())["evals"].get("after"))), 100),
-                _ms(col(v, lambda m, f: _tok(json.loads((f / "summary.json").read_text())["evals"].get("after")))),
+                _ms(col(v, lambda m, f: _acc(rl1_after(f))), 100),
+                _ms(col(v, lambda m, f: _tok(rl1_after(f)))),
             ])  # fmt: skip
         return rows
 
@@ -224,7 +229,7 @@ def report(args: argparse.Namespace, seeds: list[int], load: tuple) -> str:
                 _ms(col(v, lambda m, f: window_mean(m, "accuracy", 0.8, 1.0)), 100),
                 _ms(col(v, lambda m, f: window_mean(m, "clip_frac", 0, 1.0)), 100, 2),
                 _ms(col(v, lambda m, f: window_mean(m, "ratio_max", 0, 1.0)), 1, 2),
-                _ms(col(v, lambda m, f: _acc(json.loads((f / "summary.json").read_text())["evals"].get("after"))), 100),
+                _ms(col(v, lambda m, f: _acc(rl1_after(f))), 100),
             ])  # fmt: skip
         return rows
 
