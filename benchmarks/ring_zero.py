@@ -92,8 +92,9 @@ def extend(folder: Path, stages: list[str]) -> None:
     (folder / WALL).write_text(json.dumps(walls))
 
 
-def run_grpo(seed: int, args: argparse.Namespace) -> Path:
-    """Plain GRPO at the pipeline's total of completions (reused from the learner-variants runs when it matches)."""
+def run_grpo(seed: int, args: argparse.Namespace, launch: bool = True) -> Path:
+    """Plain GRPO at the pipeline's total of completions (reused from the learner-variants runs when it matches;
+    made unless ``launch`` is false)."""
     total = args.rl1 + args.rl2 + args.rl3
     if args.grpo_runs is not None:
         old = args.grpo_runs / f"grpo-s{seed}"
@@ -103,6 +104,8 @@ def run_grpo(seed: int, args: argparse.Namespace) -> Path:
             if same:
                 return old
     folder = args.runs / f"grpo-s{seed}"
+    if not launch:
+        return folder
     if folder.is_dir() and not (folder / "summary.json").is_file():
         _cli(["--resume", str(folder)])
     elif not folder.is_dir():
@@ -256,7 +259,7 @@ def report(args: argparse.Namespace, seeds: list[int], load: tuple) -> str:
                 str(sd["steps"]),
             ])  # fmt: skip
         if "rl3" in by:
-            grpo = run_grpo(s, args) if not args.no_new_runs else args.runs / f"grpo-s{s}"
+            grpo = run_grpo(s, args, launch=not args.no_new_runs)
             g = json.loads((grpo / "summary.json").read_text()) if (grpo / "summary.json").is_file() else {"evals": {}}
             tiers = by["rl3"]["outputs"].get("tiers") or {}
             tier_text = ", ".join(f"{n} {100 * _acc(t):.1f} % / {_tok(t):.1f} tok" for n, t in tiers.items())
