@@ -66,6 +66,7 @@ def rollout_metrics(
         "length/mean": float(np.mean(policy_tokens)) if policy_tokens else 0.0,
         "length/truncated_frac": float(np.mean([c is not None and c.finish_reason == "length" for c in completions])),
         "tokens_per_s": generated / ro.generate_s if ro.generate_s > 0 else 0.0,
+        "compute/generated_tokens": generated,
     }
     if turns > 1:
         metrics["turns/mean"] = float(np.mean([len(t.policy_turns) for t in trajs]))

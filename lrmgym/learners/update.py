@@ -302,6 +302,7 @@ class PolicyUpdater:
         """
         empty: dict[str, float | None] = {
             "loss": None, "clip_frac": None, "entropy": None, "kl_ref": None, "grad_norm": None, "ratio_max": None,
+            "compute/forward_tokens": 0, "compute/backward_tokens": 0, "compute/nograd_forward_tokens": 0,
         }  # fmt: skip
         if sampler_known:
             empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
@@ -334,6 +335,11 @@ class PolicyUpdater:
         self.model.train()
         sums = {"loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_max": 0.0, "grad_norm": 0.0}
         sums.update(gap=0.0, gap_kl=0.0)
+        # Compute, as tokens through a model (prompt + completion, padding excluded; a prompt shared by a group is
+        # counted once per row, as a trainer without prefix sharing computes it): with gradient, and without.
+        batch_tokens = float(batch.attention_mask.sum())
+        nograd = batch_tokens * ((not reuse_old and behavior != "sampler") + (ref_all is not None))
+        grad_tokens = 0.0
         optim_steps = 0
         for epoch in range(cfg.epochs):
             order = torch.randperm(n).tolist() if cfg.minibatches > 1 else list(range(n))
@@ -349,6 +355,7 @@ class PolicyUpdater:
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]
                     logp, entropy = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
+                    grad_tokens += float(sub.attention_mask.sum())
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(
@@ -404,5 +411,8 @@ class PolicyUpdater:
             "kl_ref": sums["kl"] / max(first_epoch_tokens, 1.0) if ref_all is not None else None,
             "grad_norm": sums["grad_norm"] / max(optim_steps, 1) if cfg.max_grad_norm is not None else None,
             "ratio_max": sums["ratio_max"],
+            "compute/forward_tokens": int(grad_tokens),
+            "compute/backward_tokens": int(grad_tokens),
+            "compute/nograd_forward_tokens": int(nograd),
             **gap,
         }

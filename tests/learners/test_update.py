@@ -132,3 +132,31 @@ def test_a_step_without_signal_advances_the_schedule_without_a_torch_warning(tmp
         warnings.simplefilter("error")  # torch's "lr_scheduler.step() before optimizer.step()" would raise
         algo.end_step()
     assert algo.updater.scheduler.last_epoch == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "nograd_passes", "grad_passes"),
+    [
+        ({}, 0, 1),  # one epoch of one minibatch: the first forward's log-probs are pi_old, no reference
+        ({"track_kl": True}, 1, 1),  # the reference model's forward
+        ({"epochs": 2, "minibatches": 2}, 1, 2),  # pi_old recomputed up front; every row twice with gradient
+        ({"behavior_logprobs": "sampler", "kl_coef": 0.1}, 1, 1),  # pi_old from the sampler; the reference's
+    ],
+)
+def test_compute_counts_the_tokens_each_pass_runs(tmp_path, options, nograd_passes, grad_passes):
+    algo = _algo(tmp_path, **options)
+    seqs, adv = _step_tokens(algo)
+    tokens = sum(len(s.ids) for s in seqs)  # prompt + completion of every row, no padding
+    stats = algo.updater.update(
+        seqs, adv.reshape(-1).tolist(), measure_kl=algo.cfg.track_kl, behavior=algo.cfg.behavior_logprobs
+    )
+    assert stats["compute/forward_tokens"] == stats["compute/backward_tokens"] == grad_passes * tokens
+    assert stats["compute/nograd_forward_tokens"] == nograd_passes * tokens
+
+
+def test_each_step_logs_the_tokens_it_generated(tmp_path):
+    train(run_config(_learner(steps=2)), tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for m in lines:
+        assert m["compute/generated_tokens"] == pytest.approx(m["tokens_per_s"] * m["time/generate_s"], rel=1e-6)
+        assert 0 < m["compute/generated_tokens"] <= 4 * 4 * 8  # B x G x max_new_tokens
