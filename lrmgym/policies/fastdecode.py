@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -29,6 +30,23 @@ __all__ = ["LlamaDecoder"]
 _KEEP_BYTES = 256 * 2**20
 """Largest key/value storage (per set) that :meth:`LlamaDecoder._buffers` keeps for reuse on CPU."""
 _KEPT = threading.local()
+"""Per thread, the storage pairs no live decoder holds (``_KEPT.free``): a decoder takes one for its life."""
+
+
+def _take_storages(like: torch.Tensor) -> list[torch.Tensor]:
+    free = getattr(_KEPT, "free", None)
+    if free is None:
+        free = _KEPT.free = []
+    return free.pop() if free else [like.new_empty(0), like.new_empty(0)]
+
+
+def _give_back(storages: list[torch.Tensor]) -> None:
+    free = getattr(_KEPT, "free", None)
+    if free is None:
+        free = _KEPT.free = []
+    if len(free) < 2:  # keep at most two idle pairs per thread
+        free.append(storages)
+
 
 _SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -129,6 +147,7 @@ class LlamaDecoder:
         self.valid = torch.empty(0, 0, dtype=torch.bool)  # [b, L]: buffer slots a query may attend to
         self.length = 0
         self._turn = 1  # which of the two kept CPU storages _buffers handed out last
+        self._kept: list[torch.Tensor] | None = None  # this decoder's pair of reused CPU storages, once it has one
 
     @classmethod
     def build(cls, model: Any) -> LlamaDecoder | None:
@@ -260,18 +279,22 @@ class LlamaDecoder:
     def _buffers(self, like: torch.Tensor, rows: int, slots: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Uninitialised key and value buffers ``[rows, K, slots, D]`` per layer.
 
-        On CPU they are carved from a storage kept for the next batch (per thread; two, used in turn, since
-        :meth:`select` copies from one set into the other). Why: a fresh buffer of a few MB is a fresh ``mmap``
-        whose pages fault in on first touch, and at 32 x 8 samples of the default model that was 15 % of the
-        sampler's time.
+        On CPU they are carved from a storage kept for the next batch (two, used in turn, since :meth:`select`
+        copies from one set into the other). Why: a fresh buffer of a few MB is a fresh ``mmap`` whose pages fault
+        in on first touch, and at 32 x 8 samples of the default model that was 15 % of the sampler's time. The pair
+        belongs to this decoder while it lives (taken from the thread's idle pairs, given back when the decoder is
+        collected): two decoders alive at once, as ``lrmgym analyze shift`` runs a base and an RL model in
+        lockstep, must not write into each other's caches.
         """
         shape = (rows, self.kv_heads, slots, self.head_dim)
         count = 2 * len(self.layers)
         numel = math.prod(shape)
         if like.device.type == "cpu" and count * numel * like.element_size() <= _KEEP_BYTES:
             self._turn = 1 - self._turn
-            kept = getattr(_KEPT, "storages", None) or [like.new_empty(0), like.new_empty(0)]
-            _KEPT.storages = kept
+            if self._kept is None:
+                self._kept = _take_storages(like)
+                weakref.finalize(self, _give_back, self._kept)
+            kept = self._kept
             if kept[self._turn].numel() < count * numel or kept[self._turn].dtype != like.dtype:
                 kept[self._turn] = like.new_empty(count * numel)
             flat = kept[self._turn][: count * numel].view(count, *shape)

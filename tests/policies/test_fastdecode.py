@@ -182,3 +182,21 @@ def test_a_lora_model_decodes_through_its_effective_weights():
         assert (ref - base).abs().max() > 1e-2  # the adapter changes the logits: the two checks differ
     dora = peft.get_peft_model(_model("llama"), peft.LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
     assert LlamaDecoder.build(dora) is None  # DoRA rescales the weight: not a plain delta, so model.forward
+
+
+def test_two_live_decoders_keep_their_own_caches():
+    """A decoder's reused CPU storage is its own while it lives: a second decoder (another model, decoded in
+    lockstep, as `lrmgym analyze shift` does) must not write into the first one's keys and values."""
+    first, second = _model("llama"), _model("llama", num_key_value_heads=2)
+    ids, att, pos = _left_padded([[3, 4, 5], [6, 7]], pad=0)
+    token, step_pos = torch.tensor([8, 9]), torch.tensor([3, 2])
+    with torch.inference_mode():
+        alone = LlamaDecoder.build(first)
+        alone.prefill(ids, att, pos, new=2)
+        expected = alone.step(token, step_pos).clone()
+        del alone
+        a, b = LlamaDecoder.build(first), LlamaDecoder.build(second)
+        a.prefill(ids, att, pos, new=2)
+        b.prefill(ids, att, pos, new=2)  # with one shared storage, this overwrote a's cache
+        torch.testing.assert_close(a.step(token, step_pos), expected, rtol=0, atol=0)
+        assert a.keys[0].data_ptr() != b.keys[0].data_ptr()
