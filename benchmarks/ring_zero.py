@@ -81,8 +81,8 @@ def run_variant(name: str, seed: int, args: argparse.Namespace) -> Path:
 def extend(folder: Path, stages: list[str]) -> None:
     """Resume a run with more stages (config.yaml's learner.stages is one of the keys a resume may change)."""
     summary = json.loads((folder / "summary.json").read_text())
-    if [s["stage"] for s in summary["stages"]] == stages:
-        return
+    if [s["stage"] for s in summary["stages"]][: len(stages)] == stages:
+        return  # it has these stages already (perhaps more: a run extended before)
     config = yaml.safe_load((folder / "config.yaml").read_text())
     config["learner"]["stages"] = stages
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
