@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -9,7 +10,7 @@ import torch
 
 from lrmgym.core import task_rng
 
-__all__ = ["adamw", "check_trainable", "derived_seed", "usable_cpus"]
+__all__ = ["adamw", "check_adam_betas", "check_trainable", "derived_seed", "usable_cpus"]
 
 
 def adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
@@ -24,6 +25,16 @@ def adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
         except (RuntimeError, TypeError, ValueError):  # an older torch or an unsupported dtype
             pass
     return torch.optim.AdamW(params, **kwargs)
+
+
+def check_adam_betas(betas: tuple[float, float], example: str) -> tuple[float, float]:
+    """``betas`` if each is in [0, 1), else a ValueError giving ``example`` as the fix.
+
+    nan and inf pass here: the config resolver's finiteness check names them ("must be finite").
+    """
+    if not all(0.0 <= b < 1.0 for b in betas if math.isfinite(b)):
+        raise ValueError(f"AdamW betas must each be in [0, 1), e.g. {example}")
+    return betas
 
 
 def usable_cpus() -> int:

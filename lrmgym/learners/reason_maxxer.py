@@ -43,7 +43,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lrmgym.core import learner_env
 from lrmgym.episodes import rollout
-from lrmgym.learners.common import adamw, check_trainable, derived_seed
+from lrmgym.learners.common import adamw, check_adam_betas, check_trainable, derived_seed
 from lrmgym.learners.context import RunContext
 from lrmgym.learners.loop import Algorithm, Loop, LoopConfig, StepResult
 from lrmgym.learners.losses import token_entropy, token_logprobs
@@ -329,9 +329,7 @@ class ReasonMaxxerConfig(LoopConfig):
     @field_validator("adam_betas")
     @classmethod
     def _check_betas(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        if not all(0.0 <= b < 1.0 for b in betas if math.isfinite(b)):
-            raise ValueError("AdamW betas must each be in [0, 1), e.g. [0.9, 0.999]")
-        return betas
+        return check_adam_betas(betas, "[0.9, 0.999]")
 
     @model_validator(mode="after")
     def _check(self) -> ReasonMaxxerConfig:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from lrmgym.learners.common import adamw, check_trainable, derived_seed, usable_cpus
+from lrmgym.learners.common import adamw, check_adam_betas, check_trainable, derived_seed, usable_cpus
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
 from lrmgym.learners.rollout import TokenBatch, collate_advantages
@@ -105,10 +105,7 @@ class PolicyGradientConfig(LoopConfig):
     @field_validator("adam_betas")
     @classmethod
     def _check_betas(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        # nan / inf pass here: the config resolver's finiteness check names them ("must be finite").
-        if not all(0.0 <= b < 1.0 for b in betas if math.isfinite(b)):
-            raise ValueError("AdamW betas must each be in [0, 1), e.g. [0.9, 0.99]")
-        return betas
+        return check_adam_betas(betas, "[0.9, 0.99]")
 
     @model_validator(mode="after")
     def _check_is_cap(self) -> PolicyGradientConfig:
