@@ -4,8 +4,10 @@ Run: ``python benchmarks/reason_maxxer_vs_grpo.py [--seeds 0,1,2] [--grpo-runs D
 [--out benchmarks/results/reason_maxxer_vs_grpo.md]``.
 
 Every run is one ``lrmgym run env=math learner=...`` from the command line (a fresh process, its wall time
-measured): ``learner=grpo`` as the README's default command runs it (the 530-s preset; runs in ``--grpo-runs``
-with a ``summary.json`` are reused), and ``learner=reason_maxxer`` with its preset, with
+measured): ``learner=grpo`` as the README's default command runs it, but for ``--grpo-steps`` steps (default 900,
+what its 530-s budget reaches on this idle 2-core machine: 898-1011 steps in ``results/default_run.md``) instead of
+the time budget, so that a loaded machine changes the wall time and not the training (runs in ``--grpo-runs`` with
+a ``summary.json`` are reused), and ``learner=reason_maxxer`` with its preset, with
 ``learner.positive_only=true`` (entropy-gated rejection-sampling fine-tuning) and with ``learner.kl_coef=0``.
 Held-out evaluation is the runs' own: 500 tasks, avg@4 at T=1 and greedy, with 95 % intervals.
 
@@ -161,6 +163,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/reason_maxxer"))
     parser.add_argument("--grpo-runs", type=Path, default=None, help="finished default GRPO runs grpo-s<seed>")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--grpo-steps", type=int, default=900, help="GRPO's steps (the default run's, idle)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "reason_maxxer_vs_grpo.md")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -169,7 +172,8 @@ def main() -> None:
     results: dict[str, list[dict]] = {"grpo": []}
     for seed in seeds:
         grpo_dir = args.runs if args.grpo_runs is None else args.grpo_runs
-        results["grpo"].append(facts(run("grpo", seed, ["learner=grpo"], grpo_dir), seed))
+        grpo = ["learner=grpo", "learner.time_budget_s=null", f"learner.steps={args.grpo_steps}"]
+        results["grpo"].append(facts(run("grpo", seed, grpo, grpo_dir), seed))
         for name in [v for v in args.variants.split(",") if v]:
             results.setdefault(name, []).append(facts(run(name, seed, VARIANTS[name], args.runs), seed))
         args.out.write_text(report(results, seeds, load), encoding="utf-8")

@@ -219,6 +219,8 @@ def reason_maxxer_loss(
     decision: torch.Tensor,
     anchor: torch.Tensor,
     kl_coef: float,
+    beta_neg: float = 1.0,
+    neg_prob_floor: float = 0.0,
 ) -> LossParts:
     """ReasonMaxxer's loss (arXiv 2605.06241, eqs. 6-7) of each sequence.
 
@@ -230,6 +232,11 @@ def reason_maxxer_loss(
         decision: ``[N, T-1]`` bool, the decision positions ``D`` (entry ``t`` predicts token ``t + 1``).
         anchor: ``[N, T-1]`` bool, the anchor positions ``N`` (valid, not in ``D``).
         kl_coef: ``lambda``, the anchor's weight.
+        beta_neg: scale of the negative advantages (1: the paper's loss).
+        neg_prob_floor: a decision token of a negative-advantage sequence whose probability under the trained
+            model is already below this stops being pushed down (no gradient; it still counts in ``|D_i|``).
+            The negative term ``-A log p`` has no minimum, so without a floor it keeps driving a wrong token's
+            logit down, and through the shared adapter the same token elsewhere. 0: off (the paper's loss).
 
     Returns:
         The per-sequence terms; log-softmax in float32. The KL is the forward ``KL(base || theta) = sum_v
@@ -245,7 +252,13 @@ def reason_maxxer_loss(
         logp = lp_theta.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
         kl_tok = (lp_base.exp() * (lp_base - lp_theta)).sum(-1)  # [N, T-1]
         kl = (kl_tok * anchor).sum(-1) / anchor.sum(-1).clamp(min=1)
-    ce = -(advantages[:, None].float() * logp * dec).sum(-1) / dec.sum(-1).clamp(min=1)
+    adv = advantages.float()
+    adv = torch.where(adv < 0, beta_neg * adv, adv)
+    weight = adv[:, None].expand_as(logp)
+    if neg_prob_floor > 0:
+        below = (logp.detach() < math.log(neg_prob_floor)) & (weight < 0)
+        weight = weight.masked_fill(below, 0.0)
+    ce = -(weight * logp * dec).sum(-1) / dec.sum(-1).clamp(min=1)
     return LossParts(ce + kl_coef * kl, ce, kl)
 
 
@@ -291,6 +304,11 @@ class ReasonMaxxerConfig(LoopConfig):
     """Ablation: train every completion token with the advantage-weighted CE, not only decisions."""
     positive_only: bool = False
     """Ablation: train only on rollouts with A_i > 0 (entropy-gated rejection-sampling fine-tuning)."""
+    beta_neg: float = Field(1.0, ge=0.0, le=100.0)
+    """Scale of the negative advantages in the decision loss (the authors' code's beta_neg; 1: the paper's)."""
+    neg_prob_floor: float = Field(0.0, ge=0.0, lt=1.0)
+    """A negative-advantage decision token whose probability is already below this is no longer pushed down
+    (the authors' code's neg_prob_floor); 0: off, the paper's loss."""
     kl_coef: float = Field(0.2, ge=0.0, le=100.0)
     """lambda, weight of the forward KL(base || theta) anchor on the non-decision positions; 0: no anchor
     (and no base forward)."""
@@ -600,7 +618,9 @@ class ReasonMaxxer(Algorithm):
                     base = self.model(input_ids=ids, attention_mask=attention).logits
                 sums["base"] += float(attention.sum())
             logits = self.model(input_ids=ids, attention_mask=attention).logits
-            parts = reason_maxxer_loss(logits, base, ids, adv, decision, anchor, cfg.kl_coef)
+            parts = reason_maxxer_loss(
+                logits, base, ids, adv, decision, anchor, cfg.kl_coef, cfg.beta_neg, cfg.neg_prob_floor
+            )
             (parts.loss.sum() / len(batch)).backward()
             sums["loss"] += float(parts.loss.detach().sum())
             sums["ce"] += float(parts.decision_ce.detach().sum())

@@ -180,6 +180,28 @@ def test_the_loss_on_two_sequences_by_hand():
     assert no_anchor.loss.tolist() == pytest.approx([ce1, ce2], abs=1e-6) and no_anchor.anchor_kl.tolist() == [0, 0]
 
 
+def test_beta_neg_scales_only_negatives_and_the_floor_stops_pushing_a_token_already_below_it():
+    # Row 1 (A = +1): decisions at 0 and 1, token 0 at position 1 has p ~ 0.024; row 2 (A = -2): decisions at
+    # 0 and 1, token 1 has p = 0.5 at position 0 and token 0 has p ~ 0.0474 at position 1 (1 / (2 + e^3)).
+    logits = torch.tensor([[[0.0, 1.0, 0.0], [-3.0, 0.0, 0.0], [0.0, 0.0, 0.0]],
+                           [[0.0, math.log(2.0), 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 0.0]]],
+                          requires_grad=True)  # fmt: skip
+    ids = torch.tensor([[0, 1, 0], [0, 1, 0]])
+    decision = torch.tensor([[True, True], [True, True]])
+    anchor = torch.zeros(2, 2, dtype=torch.bool)
+    adv = torch.tensor([1.0, -2.0])
+    lp = [[_log_softmax([0.0, 1.0, 0.0], 1), _log_softmax([-3.0, 0.0, 0.0], 0)],
+          [math.log(0.5), _log_softmax([0.0, 3.0, 0.0], 0)]]  # fmt: skip
+    scaled = reason_maxxer_loss(logits, None, ids, adv, decision, anchor, 0.0, beta_neg=0.25)
+    assert scaled.decision_ce.tolist() == pytest.approx([-(lp[0][0] + lp[0][1]) / 2, 0.5 * (lp[1][0] + lp[1][1]) / 2])
+    floored = reason_maxxer_loss(logits, None, ids, adv, decision, anchor, 0.0, neg_prob_floor=0.1)
+    # Row 2's second token (p = 0.047 < 0.1) drops out of the sum but not out of |D| = 2; row 1 is untouched.
+    assert floored.decision_ce.tolist() == pytest.approx([-(lp[0][0] + lp[0][1]) / 2, 2.0 * lp[1][0] / 2])
+    floored.loss.sum().backward()
+    assert logits.grad[1, 1].abs().sum() == 0 and logits.grad[1, 0].abs().sum() > 0
+    assert logits.grad[0, 1].abs().sum() > 0  # a positive sequence's token below the floor is still pulled up
+
+
 # --------------------------------------------------------------------------------------------------- ablations
 def test_the_ablations_change_exactly_what_they_should(tmp_path):
     full = _setup(tmp_path, "full", _cfg())
