@@ -21,6 +21,7 @@ RANK = {
     "learners": 4,
     "configs": 5,
     "compose": 6,
+    "integrations": 6.5,  # OpenRLHF's data, plug-ins and launch, `lrmgym serve`: over the composition root
     "cli": 7,
 }  # fmt: skip
 BESIDE = {frozenset({"envs", "policies"})}

@@ -1,30 +1,47 @@
-"""``lrmgym export``: turn a run's logs into data sets for other trainers.
+"""``lrmgym export``: turn a run's logs into data sets for other trainers, or a config into an OpenRLHF job.
 
-Example::
+Examples::
 
     lrmgym export traces runs/math-grpo-20260101-120000 --pairs pairs.jsonl --min-margin 0.5
+    lrmgym export openrlhf env=math learner=grpo policy=hf policy.model=Qwen/Qwen2.5-1.5B-Instruct \
+        learner.time_budget_s=null learner.async_rollouts=false out=exports/math-grpo
 
 ``traces`` writes the rollouts ``samples.jsonl`` logged, one JSON object per rollout (the schema is in
-:mod:`lrmgym.learners.export`), and optionally preference pairs in TRL's DPO format.
+:mod:`lrmgym.learners.export`), and optionally preference pairs in TRL's DPO format. ``openrlhf`` writes what
+OpenRLHF's ``train_ppo_ray`` needs to train a config (:mod:`lrmgym.integrations.openrlhf_launch`);
+:func:`run_openrlhf` is ``lrmgym run ... backend=openrlhf``: the same export into the run directory, then its
+``launch.sh``.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
-__all__ = ["command"]
+__all__ = ["command", "run_openrlhf"]
 
 
 class _UserError(click.ClickException):
     exit_code = 2
 
 
-@click.group("export", short_help="Export a run's rollouts as JSONL traces and DPO preference pairs.")
+class _MachineError(click.ClickException):
+    """Not the user's mistake but the machine's (no GPU, a failed launch): one ``Error: ...`` line."""
+
+    exit_code = 1
+
+
+@click.group("export", short_help="Export a run's rollouts (traces, DPO pairs), or a config as an OpenRLHF job.")
 def command() -> None:
-    """Turn a run's logs into data sets for other trainers."""
+    """Turn a run's logs into data sets for other trainers, or a config into an OpenRLHF job (export openrlhf)."""
 
 
 def _samples_file(source: Path) -> Path:
@@ -114,3 +131,125 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
     if stats.torn_last_line:
         line += "; dropped a torn last line (the run was killed while writing it)"
     click.echo(line)
+
+
+# ------------------------------------------------------------------------------------------------ openrlhf
+@command.command("openrlhf", context_settings={"ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
+@click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
+def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
+    """Write what OpenRLHF needs to train a config into DIR, without launching it.
+
+    \b
+    OVERRIDES are the GROUP=PRESET and dotted.key=VALUE tokens of `lrmgym run`; backend=openrlhf is implied
+    (backend.* keys set the GPUs, vLLM engines and Ray address; see `lrmgym config show backend=openrlhf`).
+    DIR gets train.jsonl and eval.jsonl (prompts with their labels), the reward / agent plug-in, launch.sh
+    (`bash DIR/launch.sh` trains; run again, it resumes), runtime_env.json (Ray), export.json (what each
+    lrmgym key became, and what OpenRLHF does differently) and config.yaml. An option OpenRLHF cannot
+    express is refused, with its fix, before anything is written; DIR is written whole or not at all.
+    """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
+    from lrmgym import __version__
+    from lrmgym.configs.errors import ConfigError
+    from lrmgym.configs.resolve import resolve
+    from lrmgym.integrations.openrlhf_launch import ExportError, export_openrlhf
+
+    outs = [t.split("=", 1)[1] for t in overrides if t.startswith("out=")]
+    tokens = [t for t in overrides if not t.startswith("out=")]
+    if len(outs) != 1 or not outs[0]:
+        raise _UserError(
+            "out=DIR: name the export folder once, e.g. out=exports/math-grpo"
+            + (f" (got out= {len(outs)} times)" if len(outs) > 1 else "")
+        )
+    backends = [t.split("=", 1)[1] for t in tokens if t.startswith("backend=")]
+    if not backends:
+        tokens.insert(0, "backend=openrlhf")
+    elif backends[-1] != "openrlhf":
+        raise _UserError(f"backend={backends[-1]}: `lrmgym export openrlhf` exports for backend=openrlhf; drop it.")
+    try:
+        cfg = resolve(tokens)
+        result = export_openrlhf(cfg, Path(outs[0]), force=force, version=__version__)
+    except (ConfigError, ExportError) as err:
+        raise _UserError(str(err)) from None
+    except OSError as err:
+        raise _MachineError(f"cannot write {outs[0]!r}: {err}; nothing was written.") from None
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    written = ", ".join(sorted(result.files))
+    click.echo(f"exported to {result.out_dir}: {written}; launch it with: bash {result.out_dir / 'launch.sh'}")
+
+
+def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name: str) -> None:
+    """``lrmgym run ... backend=openrlhf``: export into a new run directory and run its launch.sh.
+
+    The config is checked first (a refusal writes nothing), then the machine: without CUDA GPUs and openrlhf
+    (or, with backend.address, the ``ray`` command) it stops with one line and writes nothing. ``dry_run``
+    exports into a temporary folder to print the exact command (its paths name the run directory it would
+    create), writes nothing and launches nothing. ``resume_dir`` (``--resume``) runs that directory's
+    launch.sh again, which continues from its newest checkpoint.
+    """
+    from lrmgym import __version__
+    from lrmgym.configs.errors import ConfigError
+    from lrmgym.files import OutputPathError, fresh_dir
+    from lrmgym.integrations.openrlhf_launch import LAUNCH_FILE, ExportError, export_openrlhf, machine_problem, plan
+
+    try:
+        plan(cfg)
+    except ConfigError as err:
+        raise _UserError(str(err)) from None
+    if resume_dir is not None:
+        if not (resume_dir / LAUNCH_FILE).is_file():
+            raise _UserError(
+                f"--resume: {str(resume_dir / LAUNCH_FILE)!r} not found; expected an OpenRLHF run directory."
+            )
+        if dry_run:
+            click.echo(shlex.join(["bash", str(resume_dir / LAUNCH_FILE)]))
+            return
+        _launch(resume_dir, machine_problem(cfg))
+        return
+    target = Path(cfg.run.output_dir) / (cfg.run.name or default_name)
+    if dry_run:
+        with tempfile.TemporaryDirectory(prefix="lrmgym-dry-run-") as tmp:
+            try:
+                result = export_openrlhf(cfg, Path(tmp) / "export", root=target.absolute(), version=__version__)
+            except (ConfigError, ExportError) as err:
+                raise _UserError(str(err)) from None
+        click.echo(f"dry run: nothing was written; the run would create {target} and run:", err=True)
+        click.echo(shlex.join(result.command))
+        return
+    problem = machine_problem(cfg)
+    if problem is not None:
+        raise _MachineError(
+            f"{problem}. Nothing was written; prepare the files with `lrmgym export openrlhf ... out=DIR` and run "
+            "DIR/launch.sh on a GPU machine (or set backend.address), or see the command with --dry-run."
+        )
+    try:
+        run_dir = fresh_dir(Path(cfg.run.output_dir), cfg.run.name or default_name, unique=not cfg.run.name)
+    except OutputPathError as err:
+        raise _UserError(str(err)) from None
+    try:
+        export_openrlhf(cfg, run_dir, version=__version__)  # replaces the empty directory fresh_dir reserved
+    except BaseException as err:
+        shutil.rmtree(run_dir, ignore_errors=True)  # no half-made run directory
+        if isinstance(err, (ConfigError, ExportError)):
+            raise _UserError(str(err)) from None
+        if isinstance(err, OSError):
+            raise _MachineError(f"cannot write the run directory {str(run_dir)!r}: {err}; nothing was kept.") from None
+        raise
+    click.echo(f"run directory: {run_dir} (export.json says what each lrmgym key became)")
+    _launch(run_dir, None)
+
+
+def _launch(run_dir: Path, problem: str | None) -> None:
+    """Run ``run_dir/launch.sh`` with this interpreter's ``python`` first on PATH; its exit code ends the command."""
+    if problem is not None:
+        raise _MachineError(f"{problem}; nothing was launched.")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    code = subprocess.call(["bash", str(run_dir / "launch.sh")], env=env)
+    if code != 0:
+        err = _MachineError(
+            f"OpenRLHF exited with code {code}; the run directory {run_dir} is kept: `bash {run_dir}/launch.sh` "
+            "(or `lrmgym run --resume` of it) continues from its newest checkpoint."
+        )
+        err.exit_code = code if 0 < code < 126 else 1
+        raise err
+    click.echo(f"OpenRLHF finished; the run directory is {run_dir}")

@@ -75,7 +75,7 @@ def _parse_options(tokens: tuple[str, ...]) -> dict[str, Any]:
 class _LazyGroup(click.Group):
     """A group whose extra commands live in their component's module, imported only when used or listed."""
 
-    lazy: dict[str, str] = {name: f"lrmgym.cli.{name}_cmd" for name in ("judge", "tiny", "analyze", "export")}
+    lazy: dict[str, str] = {name: f"lrmgym.cli.{name}_cmd" for name in ("judge", "tiny", "analyze", "export", "serve")}
 
     def _lazy_command(self, name: str) -> click.Command | None:
         try:
@@ -274,12 +274,15 @@ def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
 )
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="Continue the run in this directory.")
-def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
+@click.option("--dry-run", is_flag=True, help="backend=openrlhf: print the launch command; write nothing.")
+def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> None:
     """Train: env x judge x learner x policy, e.g. `lrmgym run env=math learner=grpo`.
 
     OVERRIDES are GROUP=PRESET and dotted.key=VALUE tokens; see `lrmgym config presets` and
     `lrmgym config show`. The run directory gets the resolved config, metrics, samples, checkpoints and plots.
     SIGTERM or Ctrl-C stops after the current step with a checkpoint; `--resume RUN_DIR` continues.
+    With backend=openrlhf the run directory gets the OpenRLHF export (see `lrmgym export openrlhf --help`)
+    and its launch.sh runs, on a machine with CUDA GPUs and openrlhf installed.
     """
     from lrmgym.learners.resume import ResumeConfigError, check_config, read_run_record
 
@@ -302,6 +305,13 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None) -> None:
     else:
         cfg = _resolve(overrides)
         _check_name_free(cfg)
+    if getattr(cfg.backend, "kind", "native") != "native":
+        from lrmgym.cli.export_cmd import run_openrlhf
+
+        run_openrlhf(cfg, resume_dir, dry_run, _default_name(cfg, "run"))
+        return
+    if dry_run:
+        raise UserError("--dry-run prints the launch command of backend=openrlhf; a native run has none to print.")
     if not callable(getattr(cfg.learner, "build", None)):
         raise UserError(
             f"learner.kind: the {cfg.learner.kind!r} learner cannot train in this build (its config has no build(ctx))."

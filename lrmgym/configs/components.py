@@ -28,5 +28,9 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "rule_pairwise": "lrmgym.judges.pairwise_rule:RulePairwiseJudgeConfig",
         "arena": "lrmgym.judges.arena:ArenaJudgeConfig",
     },
+    "backend": {
+        "native": "lrmgym.configs.schema:NativeBackendConfig",
+        "openrlhf": "lrmgym.integrations.openrlhf_launch:OpenRLHFBackendConfig",
+    },
 }
 """Each group's kinds. Adding a component = one line here plus its config class and a preset YAML."""

@@ -2,9 +2,10 @@
 
 The grammar, in the order it is applied:
 
-1. Defaults: ``env=math policy=tiny learner=grpo`` and no judges.
-2. Every ``GROUP=PRESET`` token (groups: env, policy, learner, judge) replaces that group with the preset's
-   YAML from ``lrmgym/configs/presets/<group>/<preset>.yaml``. ``judge`` takes one preset, a list
+1. Defaults: ``env=math policy=tiny learner=grpo backend=native`` and no judges; ``backend=openrlhf`` implies
+   ``policy=hf`` (OpenRLHF trains a Hugging Face model), so ``policy.model=...`` alone names it.
+2. Every ``GROUP=PRESET`` token (groups: env, policy, learner, judge, backend) replaces that group with the
+   preset's YAML from ``lrmgym/configs/presets/<group>/<preset>.yaml``. ``judge`` takes one preset, a list
    (``judge=[accuracy,format_strict]``), or ``none``; each judge is then addressed by its preset name. The
    ``accuracy`` judge is added first when no accuracy or arena judge is chosen, so judges add to the
    verifiable reward (``judge.accuracy.weight=0`` takes it out of the total).
@@ -51,12 +52,14 @@ __all__ = [
     "resolve",
 ]
 
-GROUPS = ("env", "policy", "learner", "judge")
+GROUPS = ("env", "policy", "learner", "judge", "backend")
 """Groups that take a preset name."""
-SECTIONS = ("env", "eval", "judge", "learner", "policy", "run")
+SECTIONS = ("backend", "env", "eval", "judge", "learner", "policy", "run")
 """Top-level keys of the config."""
-DEFAULTS: dict[str, Any] = {"env": "math", "policy": "tiny", "learner": "grpo", "judge": []}
+DEFAULTS: dict[str, Any] = {"env": "math", "policy": "tiny", "learner": "grpo", "judge": [], "backend": "native"}
 """The presets used for groups the command line does not name."""
+BACKEND_POLICY = {"openrlhf": "hf"}
+"""The policy preset a backend implies when none is named: OpenRLHF trains a Hugging Face model (not the tiny one)."""
 EVAL_CONFIG = "lrmgym.eval.config:EvalConfig"
 
 _TOKEN_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>.*)$", re.DOTALL)
@@ -193,6 +196,8 @@ def merged_tree(
     """
     groups, dotted = parse_overrides(tokens)
     chosen = {**(DEFAULTS if defaults is None else defaults), **groups}
+    if "policy" not in groups and chosen.get("backend") in BACKEND_POLICY:  # backend=openrlhf policy.model=...
+        chosen["policy"] = BACKEND_POLICY[chosen["backend"]]
     tree: dict[str, Any] = {"eval": {}, "run": {}}
     for group in GROUPS:
         if group == "judge":
@@ -367,7 +372,9 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
         raise ConfigError("eval: evaluation is not available in this installation (lrmgym.eval.config missing).")
     evaluation = _validate("eval", eval_model, tree.get("eval") or {})
     _preflight_eval_split(env, getattr(evaluation, "split", None))
-    return RunConfig(env=env, policy=policy, learner=learner, judge=judges, eval=evaluation, run=run)
+    # No backend section (every config saved before backends existed, and every native run's) means native.
+    backend = validate_component("backend", "backend", tree.get("backend") or {"kind": "native"})
+    return RunConfig(env=env, policy=policy, learner=learner, judge=judges, eval=evaluation, run=run, backend=backend)
 
 
 def resolve(tokens: Sequence[str] = (), defaults: Mapping[str, Any] | None = None) -> RunConfig:

@@ -8,12 +8,12 @@ the model its component declares (the env's ``Config``, the policy / learner / j
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
-__all__ = ["EnvConfig", "RunConfig", "RunSection", "StrictModel"]
+__all__ = ["EnvConfig", "NativeBackendConfig", "RunConfig", "RunSection", "StrictModel"]
 
 
 class StrictModel(BaseModel):
@@ -57,6 +57,13 @@ class RunSection(StrictModel):
     """Master seed: task streams, sampling and initialisation derive from it."""
 
 
+class NativeBackendConfig(StrictModel):
+    """Train in this process with lrmgym's own learner loop (the default backend)."""
+
+    kind: Literal["native"] = "native"
+    """The backend kind: native (this process), or openrlhf (see lrmgym/configs/presets/backend/openrlhf.yaml)."""
+
+
 class RunConfig(BaseModel):
     """Everything one ``lrmgym run`` or ``lrmgym eval`` needs, validated."""
 
@@ -74,10 +81,17 @@ class RunConfig(BaseModel):
     """Held-out evaluation settings."""
     run: RunSection = Field(default_factory=RunSection)
     """Run directory and seed."""
+    backend: SerializeAsAny[BaseModel] = Field(default_factory=NativeBackendConfig)
+    """Where training runs: native (this process, the default) or openrlhf (OpenRLHF on Ray GPUs)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON types), in the shape :func:`~lrmgym.configs.resolve.resolve_dict` reads back."""
-        return self.model_dump(mode="json")
+        """Plain data (JSON types), in the shape :func:`~lrmgym.configs.resolve.resolve_dict` reads back.
+
+        The native backend, the default, is left out: an absent ``backend`` means native, so the config of a
+        native run reads exactly as it did before backends existed (and ``--resume`` of older runs sees no new key).
+        """
+        native = getattr(self.backend, "kind", "native") == "native"
+        return self.model_dump(mode="json", exclude={"backend"} if native else None)
 
     def to_yaml(self) -> str:
         """The resolved config as YAML."""

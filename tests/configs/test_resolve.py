@@ -63,7 +63,8 @@ def test_round_trip_through_yaml_dict():
         ),
         (
             ("evn=math",),
-            "evn: unknown key (value 'math'); allowed: env, eval, judge, learner, policy, run. Did you mean 'env'?",
+            "evn: unknown key (value 'math'); allowed: backend, env, eval, judge, learner, policy, run. "
+            "Did you mean 'env'?",
         ),
         (("run=x",), "run: is a section, not a preset group; set its keys instead, e.g. run.KEY=VALUE."),
         (

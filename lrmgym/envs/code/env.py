@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +23,8 @@ from lrmgym.envs.code.sandbox import ExecResult, Job, Limits, SandboxPool
 __all__ = ["CodeConfig", "CodeEnv", "job_for"]
 
 _NAMED_SOURCES = ("procedural", "humaneval", "mbpp")
+_KEPT_RESULTS = 256
+"""Executions kept for :meth:`CodeEnv.feedback` (each holds at most ``output_bytes`` of program output)."""
 
 INSTRUCTIONS = {
     "fenced": "Write your solution as a complete Python program in a single ```python code block. "
@@ -181,7 +184,10 @@ class CodeEnv(TextEnv):
         self._tasks = None if self.config.source == "procedural" else _load_tasks(self.config)
         self._pool: SandboxPool | None = None
         self._pool_lock = threading.Lock()
-        self._last: tuple[tuple[str, str], ExecResult] | None = None
+        # The latest executions by (task id, code), for feedback(): a dict, not one slot, so that concurrent
+        # episodes (OpenRLHF runs a prompt's G samples at once) and a group's G completions each find their own.
+        self._results: OrderedDict[tuple[str, str], ExecResult] = OrderedDict()
+        self._results_lock = threading.Lock()
 
     @property
     def num_items(self) -> int | None:
@@ -246,7 +252,11 @@ class CodeEnv(TextEnv):
         return job_for(self.code_task(task), extraction.code), extraction.code, None
 
     def _verdict(self, task: Task, code: str, result: ExecResult) -> Verdict:
-        self._last = ((task.id, code), result)
+        with self._results_lock:
+            self._results[(task.id, code)] = result
+            self._results.move_to_end((task.id, code))
+            while len(self._results) > _KEPT_RESULTS:
+                self._results.popitem(last=False)
         summary = f"{result.passed}/{result.total} tests passed"
         if result.status == "infra":
             return Verdict.ungradeable(
@@ -307,7 +317,7 @@ class CodeEnv(TextEnv):
     def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
         """What failed (or the format problem), as much as the ``feedback`` option reveals; ``None`` if ungradeable.
 
-        The per-test lines come from the last execution, when it was this task and this code.
+        The per-test lines come from the execution of this code on this task, while it is among the latest 256.
         """
         if verdict.score is None:
             return None
@@ -315,9 +325,9 @@ class CodeEnv(TextEnv):
             return f"Your answer could not be used ({verdict.reason}). {INSTRUCTIONS[self.config.answer_format]}"
         mode = self.config.feedback
         lines = [f"Your code did not pass all tests: {verdict.reason}."]
-        last = self._last
-        if last is not None and last[0] == (task.id, verdict.parsed):
-            result = last[1]
+        with self._results_lock:
+            result = self._results.get((task.id, verdict.parsed))  # type: ignore[arg-type]
+        if result is not None:
             units = [u for u in task.metadata.get("units", ()) if u["test"]] or list(task.metadata.get("cases", ()))
             failed = [(i, u, m) for i, (u, (ok, m)) in enumerate(zip(units, result.results, strict=False)) if not ok]
             if mode != "full" and failed:

@@ -1,0 +1,153 @@
+"""Helpers of the integration tests: reference scores from ``lrmgym judge``, adversarial inputs, a server process.
+
+- :func:`reference_verdicts` grades completions the way ``lrmgym judge`` does (:func:`lrmgym.judges.scoring.judge_file`
+  on a JSONL written from the tasks), with a fresh env and fresh judges built from the same config: the numbers
+  every plug-in and the server must reproduce.
+- :func:`adversarial_cases` reads ``$LRMGYM_SHARED_DATA/adversarial/cases.json`` (skipping the test when absent)
+  and decodes its compact long strings.
+- :class:`ServeProcess` runs ``lrmgym serve`` in a subprocess on a free port and stops it with a signal;
+  :func:`~lrmgym.testing.procs.descendants` and :func:`~lrmgym.testing.procs.alive` check that nothing it
+  started is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lrmgym.core import Task
+from lrmgym.judges.scoring import judge_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def shared_data_dir() -> Path:
+    return Path(os.environ.get("LRMGYM_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+# ------------------------------------------------------------------------------------------------ references
+def reference_verdicts(cfg: Any, groups: Sequence[tuple[Task, Sequence[str]]], tmp_path: Path) -> list[list[dict]]:
+    """The verdicts ``lrmgym judge`` gives each group's completions, in order."""
+    rows = [
+        {"task_id": task.id, "prompt": task.prompt, "answer": task.answer, "metadata": dict(task.metadata),
+         "completion": text}
+        for task, texts in groups for text in texts
+    ]  # fmt: skip
+    source = tmp_path / f"judge-input-{time.monotonic_ns()}.jsonl"
+    lines = [json.dumps(r, default=list) for r in rows]
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8", errors="surrogatepass")
+    out = source.with_suffix(".verdicts.jsonl")
+    env = cfg.env.make()
+    before = os.environ.get("LRMGYM_MAX_LINE_BYTES")
+    os.environ["LRMGYM_MAX_LINE_BYTES"] = str(max([1 << 20, *(len(line.encode()) + 1 for line in lines)]))
+    try:  # one line per completion (lines of one task_id form its group); long hostile ones need a larger limit
+        judge_file(source, out, [j.build() for j in cfg.judge.values()], env=env)
+    finally:
+        env.close()
+        if before is None:
+            os.environ.pop("LRMGYM_MAX_LINE_BYTES", None)
+        else:
+            os.environ["LRMGYM_MAX_LINE_BYTES"] = before
+    verdicts = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    it = iter(v["verdict"] for v in verdicts)
+    return [[next(it) for _ in texts] for _, texts in groups]
+
+
+def reference_rewards(cfg: Any, groups: Sequence[tuple[Task, Sequence[str]]], tmp_path: Path) -> list[list[float]]:
+    """:func:`reference_verdicts`' scores (0.0 for an ungradeable verdict, the env's failure value)."""
+    return [[0.0 if v["score"] is None else v["score"] for v in g] for g in reference_verdicts(cfg, groups, tmp_path)]
+
+
+# ------------------------------------------------------------------------------------------------ adversarial
+def decode(value: Any) -> Any:
+    """A case value with its ``{"concat": [...]}`` strings expanded (see the battery's README)."""
+    if isinstance(value, dict) and "concat" in value:
+        return "".join(p if isinstance(p, str) else p["repeat"] * p["times"] for p in value["concat"])
+    if isinstance(value, dict):
+        return {k: decode(v) for k, v in value.items()}
+    return value
+
+
+def adversarial_cases(component: str) -> list[dict]:
+    """The battery's cases of one component (``math_verifier``, ``code_sandbox``, ``game24_checker``), decoded."""
+    path = shared_data_dir() / "adversarial" / "cases.json"
+    if not path.is_file():
+        pytest.skip(f"adversarial battery not found at {path} (set LRMGYM_SHARED_DATA)")
+    cases = json.loads(path.read_text(encoding="utf-8"))
+    return [{**c, "input": decode(c["input"])} for c in cases if c["component"] == component]
+
+
+class ServeProcess:
+    """``lrmgym serve TOKENS --port 0 ...`` in a subprocess: ``url`` once it answers ``/health``.
+
+    Use as a context manager; leaving it sends SIGTERM (if still running) and waits for the exit.
+    """
+
+    def __init__(self, tokens: Sequence[str], *options: str, start_timeout_s: float = 60.0) -> None:
+        cmd = [sys.executable, "-m", "lrmgym.cli.main", "serve", *tokens, "--port", "0", *options]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self.url = ""
+        deadline = time.monotonic() + start_timeout_s
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if "listening on " in line:
+                self.url = line.split("listening on ", 1)[1].strip().removesuffix("/get_reward")
+                break
+        if not self.url:
+            self.stop()
+            raise AssertionError(f"lrmgym serve did not start: {''.join(self.lines)}")
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"lrmgym serve never answered /health: {''.join(self.lines)}")
+
+    def post(self, body: Any, timeout: float = 60.0, path: str = "/get_reward") -> httpx.Response:
+        if not isinstance(body, (bytes, str)):  # as aiohttp's json=: json.dumps, ASCII escapes (lone surrogates too)
+            body = json.dumps(body)
+        headers = {"content-type": "application/json"}
+        return httpx.post(self.url + path, content=body, headers=headers, timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            raise AssertionError(
+                f"lrmgym serve did not stop within {timeout} s after {signal.Signals(sig).name}"
+            ) from None
+        self.lines.append(out or "")
+        return self.proc.returncode
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc.poll() is None:
+            self.stop()

@@ -1,0 +1,204 @@
+"""``lrmgym serve``: the real server in a subprocess, spoken to over HTTP as OpenRLHF's remote reward client does."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+from integration_helpers import ServeProcess, reference_rewards
+
+from lrmgym.configs.resolve import resolve
+from lrmgym.integrations.labels import World, decode_label, encode_label, short_label, write_data
+from lrmgym.testing.procs import alive, descendants
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+MATH = ["env=math", "judge=[accuracy,format_strict]"]
+
+
+@pytest.fixture(scope="module")
+def math_server():
+    with ServeProcess(MATH, "--workers", "4", "--max-body-mb", "1", "--max-items", "64", "--deadline-s", "30") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def math_data(tmp_path_factory):
+    cfg = resolve(MATH)
+    folder = tmp_path_factory.mktemp("data")
+    info = write_data(cfg, folder, 4, 2)
+    rows = [json.loads(line) for name in ("train", "eval") for line in info[name].read_text().splitlines()]
+    return cfg, rows
+
+
+def _task(label):
+    label = decode_label(label)
+    return World(label.env, label.judge).task(label.index, label.seed)
+
+
+def test_health(math_server):
+    health = httpx.get(math_server.url + "/health").json()
+    assert health["status"] == "ok" and health["env"] == "lrmgym/Math-v0"
+    assert health["judges"] == ["accuracy", "format_strict"] and health["multi_turn"] is False
+
+
+def test_rewards_equal_lrmgym_judge(math_server, math_data, tmp_path):
+    cfg, rows = math_data
+    groups, query, prompts, labels = [], [], [], []
+    for row in rows:  # train rows and eval rows (the held-out split) alike
+        task = _task(row["label"])
+        texts = [task.metadata.get("solution") or f"<think>a</think><answer>{task.answer}</answer>",
+                 "<think>2+2=5</think><answer>5</answer>", "plain text", "\udcff\x00" * 1000]  # fmt: skip
+        groups.append((task, texts))
+        for text in texts:
+            query.append(row["prompt"] + text + "<eos>")
+            prompts.append(row["prompt"])
+            labels.append(row["label"])
+    response = math_server.post({"query": query, "prompts": prompts, "labels": labels})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    expected = [r for g in reference_rewards(cfg, groups, tmp_path) for r in g]
+    assert body["rewards"] == expected
+    assert body["scores"][0] == 1.0 and body["rewards"][0] == 2.0
+    assert set(body["extra_logs"]) >= {"judge/accuracy", "judge/format_strict", "verdict/ungradeable"}
+    assert all(len(v) == len(query) for v in body["extra_logs"].values())
+    # the same request through "/" and with short labels (the server knows its env)
+    task = _task(rows[0]["label"])
+    short = {"query": [task.metadata["solution"]], "labels": [short_label(0, 0)]}
+    assert math_server.post(short, path="/").json()["rewards"] == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"{nope", 400, "body: not valid JSON"),
+        (b"[1]", 400, "body: expected a JSON object with query, prompts, labels, got list."),
+        ({"queries": []}, 400, "queries: unknown field; a request has query, prompts (optional) and labels."),
+        ({"labels": []}, 400, "query: expected a list of strings (prompt + completion each), got null."),
+        ({"query": ["a", 3], "labels": ["", ""]}, 400, "query[1]: expected a string, got int."),
+        ({"query": ["a"], "prompts": ["a", "b"], "labels": [""]}, 400, "prompts: expected a list of 1 strings"),
+        ({"query": ["a"], "prompts": [7], "labels": [""]}, 400, "prompts[0]: expected a string, got int."),
+        ({"query": ["a"]}, 400, "labels: missing. Every query needs the label of its task"),
+        ({"query": ["a"], "labels": ["a", "b"]}, 400, "labels: expected a list of 1 labels (one per query), got a "),
+        ({"query": ["a"], "labels": [""]}, 400, "labels[0]: the label is empty."),
+        ({"query": ["a", "b"], "labels": [short_label(0, 0), '{"v": 1, "index": -3, "seed": 0}']}, 400,
+         "labels[1].index: expected a non-negative integer, got -3."),
+        ({"query": ["a"], "labels": [encode_label({"id": "lrmgym/Math-v0", "difficulty": 4}, {}, 0, 0)]}, 400,
+         "labels[0]: the label describes another env or judges than this server's (env option(s) difficulty, "),
+        ({"query": ["a"] * 65, "labels": [short_label(0, 0)] * 65}, 413, "query: 65 items, over the limit of 64"),
+        (b"x" * (2 << 20), 413, "body: 2097152 bytes, over the limit of 1048576 (--max-body-mb)."),
+    ],
+)  # fmt: skip
+def test_bad_requests_name_the_field(math_server, body, status, message):
+    response = math_server.post(body)
+    assert response.status_code == status, response.text
+    assert response.json()["error"].startswith(message)
+
+
+def test_a_chunked_body_over_the_limit_is_cut_at_the_limit(math_server):
+    def chunks():  # no Content-Length: the server counts as it reads
+        for _ in range(40):
+            yield b"x" * (64 << 10)
+
+    response = httpx.post(math_server.url + "/get_reward", content=chunks(), timeout=30)
+    assert response.status_code == 413
+    assert response.json()["error"] == "body: over the limit of 1048576 bytes (--max-body-mb)."
+    assert httpx.get(math_server.url + "/get_reward").status_code == 405
+    assert httpx.get(math_server.url + "/health").status_code == 200  # still serving
+
+
+def test_deadline_saturation_and_a_clean_stop():
+    code = "```python\nwhile True:\n    pass\n```"  # runs into the sandbox's 3 s bound
+    with ServeProcess(["env=code", "env.timeout_s=3"], "--deadline-s", "1", "--max-concurrency", "1") as server:
+        slow: dict[str, httpx.Response] = {}
+        worker = threading.Thread(
+            target=lambda: slow.setdefault("r", server.post({"query": [code], "labels": [short_label(0, 0)]}))
+        )
+        start = time.monotonic()
+        worker.start()
+        wait_until = time.monotonic() + 60  # the first request in flight (a loaded machine may take a while)
+        while httpx.get(server.url + "/health", timeout=30).json()["in_flight"] < 1 and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        busy = server.post({"query": [code], "labels": [short_label(1, 0)]})
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        assert busy.json()["error"].startswith("server saturated: 1 requests in flight (--max-concurrency)")
+        worker.join()
+        assert slow["r"].status_code == 504 and time.monotonic() - start > 0.9  # no upper bound: load is not a bug
+        assert slow["r"].json() == {"error": "deadline: the request was not scored within 1 s (--deadline-s)."}
+        children = descendants(server.proc.pid)  # the sandbox still running the loop, the pool's spare ones
+        assert children, "the code server should have sandbox processes running"
+        assert server.stop(signal.SIGTERM) == 0
+        assert "stopped by SIGTERM; sandboxes and workers closed." in server.output
+    deadline = time.monotonic() + 5
+    while alive(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(children), f"left behind: {sorted(alive(children))}"
+
+
+def test_the_group_window_scores_one_prompts_requests_together(tmp_path):
+    cfg = resolve(["env=math", "judge=arena"])
+    world = World(cfg.env, cfg.judge)
+    task = world.task(0, 0)
+    near = f"<think>w</think><answer>{int(task.answer) + 1}</answer>"
+    far = f"<think>w</think><answer>{int(task.answer) + 50}</answer>"
+    label = world.label(0, 0)
+    with ServeProcess(["env=math", "judge=arena"], "--group-size", "2", "--group-wait-s", "5") as server:
+        got: dict[str, float] = {}
+
+        def ask(text: str) -> None:  # one sample per request, as OpenRLHF 0.11.2 sends them
+            got[text] = server.post({"query": [text], "labels": [label]}).json()["rewards"][0]
+
+        threads = [threading.Thread(target=ask, args=(t,)) for t in (near, far)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [got[near], got[far]] == reference_rewards(cfg, [(task, [near, far])], tmp_path)[0] == [1.0, 0.0]
+        start = time.monotonic()
+        alone = server.post({"query": [near], "labels": [label]}).json()["rewards"]
+        assert alone == [0.0] and time.monotonic() - start > 4.9  # no sibling came: graded alone after the wait
+    world.close()
+
+
+def test_openrlhfs_own_http_client_gets_group_rewards(openrlhf_agent, tmp_path):
+    """OpenRLHF's SingleTurnAgentExecutor posting to the server (aiohttp, one sample per request) for 2 samples."""
+    import asyncio
+    import types
+
+    from lrmgym.policies.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    cfg = resolve(["env=math", "judge=arena"])
+    row = json.loads(write_data(cfg, tmp_path, 1, 0)["train"].read_text().splitlines()[0])
+    task = _task(row["label"])
+    near = f"<think>w</think><answer>{int(task.answer) + 1}</answer>"
+    far = f"<think>w</think><answer>{int(task.answer) + 50}</answer>"
+
+    class Engine:
+        def __init__(self, text: str, delay: float) -> None:
+            self.text, self.delay = text, delay
+
+        async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+            await asyncio.sleep(self.delay)  # the group's samples finish generating at different times
+            ids = tok(text=self.text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            out = types.SimpleNamespace(token_ids=ids, text=tok.decode(ids), finish_reason="stop", logprobs=None)
+            return types.SimpleNamespace(outputs=[out])
+
+    with ServeProcess(["env=math", "judge=arena"], "--group-size", "2", "--group-wait-s", "10") as server:
+        executor = openrlhf_agent.SingleTurnAgentExecutor(remote_rm_url=server.url + "/get_reward")
+        params = types.SimpleNamespace(max_tokens=64, logprobs=None)
+
+        async def both():
+            return await asyncio.gather(*(
+                executor.execute(row["prompt"], row["label"], params, 512, tok, Engine(text, delay))
+                for text, delay in ((far, 0.0), (near, 0.5))
+            ))  # fmt: skip
+
+        outs = asyncio.run(both())
+    assert [o["reward"] for o in outs] == [[0.0], [1.0]]  # the HTTP path hands back the server's lists
+    assert outs[1]["scores"] == [0.0] and outs[1]["extra_logs"]["judge/arena"] == [1.0]
