@@ -96,6 +96,9 @@ def facts(folder: Path, seed: int) -> dict:
                                 "compute/base_forward_tokens", "compute/scoring_tokens")]  # fmt: skip
     out["forward"] = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
     out["backward"] = total("compute/backward_tokens")
+    # One weighted count of the work: a token generated or forwarded is one forward pass, a backward about two.
+    parts = (out["generated"], out["forward"], out["backward"])
+    out["work"] = None if None in parts else out["generated"] + out["forward"] + 2 * out["backward"]
     return out
 
 
@@ -107,7 +110,8 @@ def _mean(values: list[float | None]) -> float | None:
 def report(results: dict[str, list[dict]], seeds: list[int], load: tuple) -> str:
     grpo = results.get("grpo", [])
     base_gain = _mean([r["after_sampled"][0] - r["before_sampled"][0] for r in grpo])
-    base_compute = {k: _mean([r[k] for r in grpo]) for k in ("generated", "forward", "backward", "wall_s", "train_s")}
+    keys = ("generated", "forward", "backward", "work", "wall_s", "train_s")
+    base_compute = {k: _mean([r[k] for r in grpo]) for k in keys}
     rows, detail = [], []
     for name, runs in results.items():
         gain = _mean([r["after_sampled"][0] - r["before_sampled"][0] for r in runs])
@@ -126,7 +130,7 @@ def report(results: dict[str, list[dict]], seeds: list[int], load: tuple) -> str
 
         rows.append(
             f"| {name} | {100 * gain:+.1f} | {of_gain} | {100 * greedy:+.1f} | {num('generated')} | "
-            f"{num('forward')} | {num('backward')} | {num('train_s', ' s')} | {num('wall_s', ' s')} |"
+            f"{num('forward')} | {num('backward')} | {num('work')} | {num('train_s', ' s')} | {num('wall_s', ' s')} |"
         )
         for r in runs:
             a, g = r["after_sampled"], r["after_greedy"]
@@ -146,8 +150,8 @@ def report(results: dict[str, list[dict]], seeds: list[int], load: tuple) -> str
         "greedy. Gains are means over the seeds; compute shares are against GRPO's mean.",
         "",
         "| learner | T=1 gain (pts) | share of GRPO's gain | greedy gain (pts) | generated tokens | forward tokens | "
-        "backward tokens | training time | wall |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "backward tokens | work (gen + fwd + 2 bwd) | training time | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "| learner | seed | T=1 after | greedy after | steps | generated | forward | backward | training time |",
@@ -163,6 +167,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/reason_maxxer"))
     parser.add_argument("--grpo-runs", type=Path, default=None, help="finished default GRPO runs grpo-s<seed>")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--no-new-grpo", action="store_true", help="only reuse finished GRPO runs")
     parser.add_argument("--grpo-steps", type=int, default=900, help="GRPO's steps (the default run's, idle)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "reason_maxxer_vs_grpo.md")
     args = parser.parse_args()
@@ -173,7 +178,8 @@ def main() -> None:
     for seed in seeds:
         grpo_dir = args.runs if args.grpo_runs is None else args.grpo_runs
         grpo = ["learner=grpo", "learner.time_budget_s=null", f"learner.steps={args.grpo_steps}"]
-        results["grpo"].append(facts(run("grpo", seed, grpo, grpo_dir), seed))
+        if not args.no_new_grpo or (grpo_dir / f"grpo-s{seed}" / "summary.json").is_file():
+            results["grpo"].append(facts(run("grpo", seed, grpo, grpo_dir), seed))
         for name in [v for v in args.variants.split(",") if v]:
             results.setdefault(name, []).append(facts(run(name, seed, VARIANTS[name], args.runs), seed))
         args.out.write_text(report(results, seeds, load), encoding="utf-8")
