@@ -40,6 +40,7 @@ import httpx
 from lrmgym.configs.resolve import resolve
 from lrmgym.integrations.labels import World, decode_label, write_data
 from lrmgym.judges.scoring import judge_file
+from lrmgym.testing import adversarial
 from lrmgym.testing.procs import alive, descendants
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,17 +50,10 @@ TOKENS = ["env=math", "judge=[accuracy,format_strict]"]
 # --------------------------------------------------------------------------------------------------- inputs
 def battery() -> list[str] | None:
     """The math-verifier completions of the adversarial battery (decoded), or None when it is absent."""
-    root = Path(os.environ.get("LRMGYM_SHARED_DATA", REPO.parent / "shared" / "data"))
-    path = root / "adversarial" / "cases.json"
-    if not path.is_file():
+    cases = adversarial.cases("math_verifier")
+    if cases is None:
         return None
-
-    def decode(value: Any) -> Any:
-        if isinstance(value, dict) and "concat" in value:
-            return "".join(p if isinstance(p, str) else p["repeat"] * p["times"] for p in value["concat"])
-        return value
-
-    preds = [decode(c["input"]["pred"]) for c in json.loads(path.read_text()) if c["component"] == "math_verifier"]
+    preds = [c["input"]["pred"] for c in cases]
     return [f"<think>x</think><answer>{p}</answer>" for p in preds] + preds
 
 

@@ -27,6 +27,7 @@ import pytest
 
 from lrmgym.core import Task
 from lrmgym.judges.scoring import judge_file
+from lrmgym.testing import adversarial as battery
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,22 +70,14 @@ def reference_rewards(cfg: Any, groups: Sequence[tuple[Task, Sequence[str]]], tm
 
 
 # ------------------------------------------------------------------------------------------------ adversarial
-def decode(value: Any) -> Any:
-    """A case value with its ``{"concat": [...]}`` strings expanded (see the battery's README)."""
-    if isinstance(value, dict) and "concat" in value:
-        return "".join(p if isinstance(p, str) else p["repeat"] * p["times"] for p in value["concat"])
-    if isinstance(value, dict):
-        return {k: decode(v) for k, v in value.items()}
-    return value
-
-
 def adversarial_cases(component: str) -> list[dict]:
     """The battery's cases of one component (``math_verifier``, ``code_sandbox``, ``game24_checker``), decoded."""
-    path = shared_data_dir() / "adversarial" / "cases.json"
-    if not path.is_file():
-        pytest.skip(f"adversarial battery not found at {path} (set LRMGYM_SHARED_DATA)")
-    cases = json.loads(path.read_text(encoding="utf-8"))
-    return [{**c, "input": decode(c["input"])} for c in cases if c["component"] == component]
+    found = battery.cases(component, shared_data_dir())
+    if found is None:
+        pytest.skip(
+            f"adversarial battery not found at {battery.battery_path(shared_data_dir())} (set LRMGYM_SHARED_DATA)"
+        )
+    return found
 
 
 class ServeProcess:

@@ -20,6 +20,7 @@ import pytest
 from code_helpers import BATTERY_TIMEOUT_S, files_left, leftovers, scratch_snapshot
 
 from lrmgym.envs.code.sandbox import Job, SandboxPool
+from lrmgym.testing.adversarial import decode
 
 ADD_TESTS = ("assert add(2, 3) == 5", "assert add(-1, 1) == 0")
 CORRECT_ADD = "def add(a, b):\n    return a + b\n"
@@ -327,13 +328,6 @@ def test_unshare_fallback_battery(unshare_pool, host_setup, case):
     run_case(unshare_pool, case, host_setup)
 
 
-def _decode(value):
-    """Decode the compact {"concat": [...]} strings of the shared battery."""
-    if isinstance(value, dict) and "concat" in value:
-        return "".join(p if isinstance(p, str) else p["repeat"] * p["times"] for p in value["concat"])
-    return value
-
-
 def test_shared_battery_code_cases(bwrap_pool, host_setup, shared_data, tmp_path):
     """The 28 code cases of ../shared/data/adversarial/cases.json, with their expectations, under bwrap."""
     cases = [
@@ -349,8 +343,8 @@ def test_shared_battery_code_cases(bwrap_pool, host_setup, shared_data, tmp_path
     try:
         for c in cases:
             inp, exp = c["input"], c["expected"]
-            code = _decode(inp["code"]).replace("PORT", str(host_setup))
-            tests = tuple(line for line in _decode(inp["tests"]).splitlines() if line.strip())
+            code = decode(inp["code"]).replace("PORT", str(host_setup))
+            tests = tuple(line for line in decode(inp["tests"]).splitlines() if line.strip())
             before = scratch_snapshot()
             start = time.monotonic()
             result = bwrap_pool.run(Job(code=code, units=_units(tests)))
