@@ -47,6 +47,7 @@ def build_context(config: Any, run_dir: Path | str) -> Any:
         make_env=functools.partial(build_env, config),
         make_policy=functools.partial(build_policy, config),
         config=config,
+        report_to=tuple(config.run.report_to),
     )
 
 

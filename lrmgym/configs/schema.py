@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator
+
+from lrmgym.tracking import TrackerName
 
 __all__ = ["EnvConfig", "NativeBackendConfig", "RunConfig", "RunSection", "StrictModel"]
 
@@ -55,6 +57,21 @@ class RunSection(StrictModel):
     """Folder that holds run directories."""
     seed: int = Field(0, ge=0)
     """Master seed: task streams, sampling and initialisation derive from it."""
+    report_to: tuple[TrackerName, ...] = ()
+    """Experiment trackers that also get the run's metrics, evaluations, samples and config: any of tensorboard,
+    wandb, mlflow (`pip install "lrmgym[tracking]"`); empty: the run directory alone. See lrmgym/tracking."""
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _tracker_list(cls, value: Any) -> Any:
+        """``run.report_to=wandb`` means ``[wandb]`` and ``null`` means ``[]``; a tracker named twice is refused."""
+        names = [] if value is None else [value] if isinstance(value, str) else value
+        if not isinstance(names, (list, tuple)):
+            raise ValueError("expected a list of trackers, e.g. run.report_to=[tensorboard,wandb,mlflow]")
+        twice = sorted({str(n) for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(map(repr, twice))} is listed twice; name each tracker once")
+        return names
 
 
 class NativeBackendConfig(StrictModel):

@@ -293,6 +293,7 @@ FIELDS: dict[str, FieldRule] = {
     "run.seed": _m("--train.seed, and the seeds of train.jsonl and eval.jsonl (write_data)"),
     "run.name": _i("names the run directory of `lrmgym run`"),
     "run.output_dir": _i("holds the run directory of `lrmgym run`"),
+    "run.report_to": _u("lrmgym's trackers follow the native loop; OpenRLHF logs through its own --logger.* flags"),
     "env": _m("train.jsonl / eval.jsonl labels (write_data) and the plug-in (write_plugins)"),
     "judge": _m("the plug-in's reward (write_plugins)"),
 }  # fmt: skip
@@ -336,6 +337,8 @@ _ONLY: dict[str, tuple[Any, str]] = {
     "eval.top_k": (0, "set eval.top_k=0"),
     "eval.stop": ([], "set eval.stop=[]"),
     "eval.pass_threshold": (1.0, "set eval.pass_threshold=1.0"),
+    "run.report_to": ((), "set run.report_to=[] and use backend.tensorboard=true, or OpenRLHF's wandb flags in "
+                      "backend.extra_args=[--logger.wandb.key,...]"),
 }  # fmt: skip
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -861,6 +864,7 @@ def _map_resources(m: _Mapper, cfg: Any, b: OpenRLHFBackendConfig) -> None:
     if b.async_train:
         m.switch("backend.async_train", "--train.async_enable")
     m.flag("run.seed", "--train.seed", cfg.run.seed)
+    m.only("run", cfg.run, ["report_to"])
 
 
 def _map_extra(m: _Mapper, b: OpenRLHFBackendConfig) -> None:

@@ -30,6 +30,8 @@ class RunContext:
             run cannot hand its env to a worker.
         make_policy: Builds an equal policy in another process; picklable, or ``None``.
         config: The resolved run config, when there is one (written to records; never used to build).
+        report_to: The experiment trackers the run loop also logs to (``run.report_to``; see
+            :mod:`lrmgym.tracking`).
     """
 
     env: Any
@@ -40,6 +42,7 @@ class RunContext:
     make_env: Callable[[], Any] | None = None
     make_policy: Callable[[], Any] | None = None
     config: Any = None
+    report_to: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)

@@ -3,7 +3,8 @@
 What the loop owns: the run directory's logs (``metrics.jsonl``, ``samples.jsonl``), checkpoints and resume
 (a killed run continues with no step lost or repeated), the step and time budgets, Ctrl-C and SIGTERM (the
 first asks to stop after the current step and saves; the second aborts), the progress bar, held-out evaluation
-(before, every ``eval_every`` steps, after), ``summary.json``, the plot and the before/after table.
+(before, every ``eval_every`` steps, after), ``summary.json``, the plot and the before/after table, and the
+experiment trackers of ``run.report_to`` (:mod:`lrmgym.tracking`), which get what the logs get.
 
 What an :class:`Algorithm` owns: its own state (weights, optimizer, data position...) and one training step.
 """
@@ -30,6 +31,7 @@ from lrmgym.learners.rundir import (
     plot_metrics,
     restore_rng,
 )
+from lrmgym.tracking import Trackers
 
 __all__ = ["Algorithm", "Loop", "LoopConfig", "StepResult"]
 
@@ -127,6 +129,7 @@ class Loop:
         self.generations = 0
         self.evals: dict[str, dict] = {}
         self.log_gaps: str | None = None  # steps with no metrics line, when a resume found them lost
+        self.trackers = Trackers()  # opened by run(), once the step to continue from is known
         algorithm.loop = self
 
     # ------------------------------------------------------------------------------------------ budget
@@ -198,10 +201,17 @@ class Loop:
     # ------------------------------------------------------------------------------------------ the loop
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Run (or continue) training; returns the summary."""
+        status = "failed"
         try:
             self.algorithm.setup()
-            return self._run(resume)
+            summary = self._run(resume)
+            status = summary["status"]
+            return summary
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
         finally:
+            self.trackers.close(status)
             self.algorithm.close()
 
     def _run(self, resume: bool) -> dict[str, Any]:
@@ -212,8 +222,9 @@ class Loop:
                 f"{self.run_dir} already holds a run (metrics or checkpoints); resume it with "
                 f"`lrmgym run --resume {self.run_dir}` or choose a new run.name."
             )
+        self.trackers = self._open_trackers(resume)
         if self.cfg.eval_before_after and "before" not in self.evals:
-            self.evals["before"] = self.evaluate("step_0")
+            self._record_eval("before", self.evaluate("step_0"))
             self.save()  # a resume from here does not evaluate again
         bar = self._progress_bar()
         status = "finished"
@@ -228,7 +239,7 @@ class Loop:
                 bar.update(1)
                 bar.set_postfix(**self.algorithm.postfix(metrics))
                 if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.step < self.cfg.steps:
-                    self.evals[f"step_{self.step}"] = self.evaluate(f"step_{self.step}")
+                    self._record_eval(f"step_{self.step}", self.evaluate(f"step_{self.step}"))
                 if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps or self.over_budget():
                     self.save()
                 if interrupt.requested:
@@ -244,7 +255,7 @@ class Loop:
             if "after" in self.evals:
                 earlier = self.evals.pop("after")
                 self.evals[f"step_{earlier['step']}"] = earlier
-            self.evals["after"] = self.evaluate(f"step_{self.step}")
+            self._record_eval("after", self.evaluate(f"step_{self.step}"))
             self.save()  # so that a resume after this point does not evaluate again
         summary = self.finish(status)
         self._print_table(summary)
@@ -261,8 +272,10 @@ class Loop:
         self.generations += int(metrics.get("generations") or 0)
         self.algorithm.end_step()  # after step and elapsed_s have advanced
         self.metrics_log.append(metrics)
-        for record in out.samples:
-            self.samples_log.append({"step": self.step, **record})
+        samples = [{"step": self.step, **record} for record in out.samples]
+        for record in samples:
+            self.samples_log.append(record)
+        self.trackers.log_step(metrics, samples)
         return metrics
 
     def _progress_bar(self) -> Any:
@@ -273,7 +286,20 @@ class Loop:
             disable=not self.cfg.progress, dynamic_ncols=True,
         )  # fmt: skip
 
+    def _open_trackers(self, resume: bool) -> Trackers:
+        """The trackers of ``ctx.report_to``, continuing the ones of the interrupted session on a resume."""
+        if not self.ctx.report_to:
+            return Trackers()
+        to_dict = getattr(self.ctx.config, "to_dict", None)
+        config = to_dict() if callable(to_dict) else {"learner": self.cfg.model_dump(mode="json")}
+        return Trackers.open(self.ctx.report_to, self.run_dir, config, resumed=resume, first_step=self.step + 1)
+
     # ------------------------------------------------------------------------------------------ evaluation
+    def _record_eval(self, key: str, result: dict[str, Any]) -> None:
+        """Keep an evaluation under ``key`` (``before``, ``step_N``, ``after``) and hand it to the trackers."""
+        self.evals[key] = result
+        self.trackers.log_eval(self.evals, key)
+
     def evaluate(self, tag: str, cfg: Any = None, transform: Any = None) -> dict[str, Any]:
         """Held-out evaluation with ``cfg`` (default ``ctx.eval``) and greedy, results under ``eval/<tag>/``.
 

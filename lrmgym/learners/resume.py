@@ -57,10 +57,11 @@ MAY_CHANGE = (
     "learner.stages",
     "run.name",
     "run.output_dir",
+    "run.report_to",
 )
-"""Keys a resumed run may change: how long it runs and what it writes, never what it trains. A staged learner's
-stage options may change the same way (``learner.rl1.steps``), and its stage list may grow: the staged run
-refuses a list that no longer matches the stages it ran (lrmgym/learners/staged.py)."""
+"""Keys a resumed run may change: how long it runs and what it writes or logs to (``run.report_to``), never what it
+trains. A staged learner's stage options may change the same way (``learner.rl1.steps``), and its stage list may
+grow: the staged run refuses a list that no longer matches the stages it ran (lrmgym/learners/staged.py)."""
 
 
 def may_change(key: str) -> bool:

@@ -9,6 +9,7 @@ Layout (see DESIGN.md "Runs")::
     run_dir/eval/<tag>/          evaluation results
     run_dir/plots/metrics.png    reward, accuracy, length and KL against step
     run_dir/summary.json         before/after results, wall time, status
+    run_dir/tracking.json        with run.report_to: the trackers' run ids (tensorboard/, wandb/, mlruns/ beside it)
 
 Crash safety: whole files are written to a temporary sibling, fsynced, then renamed over the target (rename
 is atomic on POSIX), so a reader sees the old or the new file, never half of one. The JSONL logs are

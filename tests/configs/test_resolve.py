@@ -84,7 +84,10 @@ def test_round_trip_through_yaml_dict():
             "env.id: unknown environment 'lrmgym/Ecco-v0'; allowed: {ids}. Did you mean 'lrmgym/Echo-v0'?",
         ),
         (("run.seed=-1",), "run.seed: invalid value -1: expected an integer >= 0."),
-        (("run.sed=1",), "run.sed: unknown key (value 1); allowed: name, output_dir, seed. Did you mean 'seed'?"),
+        (
+            ("run.sed=1",),
+            "run.sed: unknown key (value 1); allowed: name, output_dir, report_to, seed. Did you mean 'seed'?",
+        ),
         (
             ("policy.kind=mok",),
             "policy.kind: unknown kind 'mok'; allowed: hf, mock, openai, tiny, vllm. Did you mean 'mock'?",

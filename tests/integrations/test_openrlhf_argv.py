@@ -227,6 +227,12 @@ def test_the_cpu_sized_presets_are_refused_with_every_fix_at_once():
     assert "\n" not in message
 
 
+def test_lrmgyms_trackers_are_refused_with_openrlhfs_own_logging_as_the_fix():
+    message = refusal("run.report_to=[wandb]")
+    assert "run.report_to=[wandb]: lrmgym's trackers follow the native loop" in message
+    assert "use backend.tensorboard=true, or OpenRLHF's wandb flags in backend.extra_args" in message
+
+
 def test_the_tiny_policy_is_refused():
     message = refusal("policy=tiny", base=("env=math", "backend=openrlhf"))
     assert message == (
