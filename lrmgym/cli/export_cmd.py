@@ -1,16 +1,17 @@
-"""``lrmgym export``: turn a run's logs into data sets for other trainers, or a config into an OpenRLHF job.
+"""``lrmgym export``: turn a run's logs into data sets for other trainers, or a config into an OpenRLHF or verl job.
 
 Examples::
 
     lrmgym export traces runs/math-grpo-20260101-120000 --pairs pairs.jsonl --min-margin 0.5
     lrmgym export openrlhf env=math learner=grpo policy=hf policy.model=Qwen/Qwen2.5-1.5B-Instruct \
         learner.time_budget_s=null learner.async_rollouts=false out=exports/math-grpo
+    lrmgym export verl env=gsm8k judge=[accuracy,format_strict] out=exports/gsm8k-verl
 
 ``traces`` writes the rollouts ``samples.jsonl`` logged, one JSON object per rollout (the schema is in
 :mod:`lrmgym.learners.export`), and optionally preference pairs in TRL's DPO format. ``openrlhf`` writes what
 OpenRLHF's ``train_ppo_ray`` needs to train a config (:mod:`lrmgym.integrations.openrlhf_launch`);
 :func:`run_openrlhf` is ``lrmgym run ... backend=openrlhf``: the same export into the run directory, then its
-``launch.sh``.
+``launch.sh``. ``verl`` writes verl's parquet data and a custom reward function (:mod:`lrmgym.adapters.verl`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,18 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
 
 
 # ------------------------------------------------------------------------------------------------ openrlhf
+def _split_out(overrides: tuple[str, ...], example: str) -> tuple[list[str], list[str]]:
+    """``([DIR], other tokens)`` of the ``out=DIR`` token, which must appear exactly once."""
+    outs = [t.split("=", 1)[1] for t in overrides if t.startswith("out=")]
+    tokens = [t for t in overrides if not t.startswith("out=")]
+    if len(outs) != 1 or not outs[0]:
+        raise _UserError(
+            f"out=DIR: name the export folder once, e.g. out={example}"
+            + (f" (got out= {len(outs)} times)" if len(outs) > 1 else "")
+        )
+    return outs, tokens
+
+
 @command.command("openrlhf", context_settings={"ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
 @click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
@@ -153,13 +166,7 @@ def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
     from lrmgym.configs.resolve import resolve
     from lrmgym.integrations.openrlhf_launch import ExportError, export_openrlhf
 
-    outs = [t.split("=", 1)[1] for t in overrides if t.startswith("out=")]
-    tokens = [t for t in overrides if not t.startswith("out=")]
-    if len(outs) != 1 or not outs[0]:
-        raise _UserError(
-            "out=DIR: name the export folder once, e.g. out=exports/math-grpo"
-            + (f" (got out= {len(outs)} times)" if len(outs) > 1 else "")
-        )
+    outs, tokens = _split_out(overrides, "exports/math-grpo")
     backends = [t.split("=", 1)[1] for t in tokens if t.startswith("backend=")]
     if not backends:
         tokens.insert(0, "backend=openrlhf")
@@ -176,6 +183,65 @@ def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
         click.echo(f"warning: {warning}", err=True)
     written = ", ".join(sorted(result.files))
     click.echo(f"exported to {result.out_dir}: {written}; launch it with: bash {result.out_dir / 'launch.sh'}")
+
+
+# ------------------------------------------------------------------------------------------------ verl
+_VERL_KEYS = ("env", "judge", "eval", "run.seed")
+"""The settings `lrmgym export verl` reads; the trainer's own settings are verl's (its Hydra overrides)."""
+
+
+@command.command("verl", context_settings={"ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
+@click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
+@click.option(
+    "--train-tasks", type=click.IntRange(min=1), default=1024, show_default=True,
+    help="Rows of train.parquet: tasks 0 .. N-1 of the env's stream run.seed.",
+)  # fmt: skip
+@click.option(
+    "--test-tasks", type=click.IntRange(min=1), default=None,
+    help="Rows of test.parquet (default: eval.tasks; fewer when the held-out data set is smaller).",
+)  # fmt: skip
+def verl(overrides: tuple[str, ...], force: bool, train_tasks: int, test_tasks: int | None) -> None:
+    """Write verl's data and custom reward function for an env and its judges into DIR.
+
+    \b
+    OVERRIDES choose the env and judges as for `lrmgym run` (env=..., judge=..., env.KEY=VALUE), plus run.seed
+    (the train stream) and eval.split / eval.seed / eval.tasks (the held-out rows). DIR gets train.parquet
+    and test.parquet (rows: data_source, prompt as chat messages, ability, reward_model {style: rule,
+    ground_truth}, extra_info {split, index, seed, label, task_id}), reward.py (compute_score, and
+    compute_score_batch for group-aware judges) and export.json, which lists the main_ppo overrides:
+      data.train_files=DIR/train.parquet data.val_files=DIR/test.parquet
+      custom_reward_function.path=DIR/reward.py custom_reward_function.name=compute_score
+    lrmgym must be installed where verl computes rewards. Multi-turn envs are refused; DIR is written whole
+    or not at all.
+    """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
+    from lrmgym import __version__
+    from lrmgym.adapters.verl import export_verl
+    from lrmgym.configs.errors import ConfigError
+    from lrmgym.configs.resolve import resolve
+    from lrmgym.integrations.openrlhf_launch import ExportError
+
+    outs, tokens = _split_out(overrides, "exports/math-verl")
+    for token in tokens:
+        key = token.split("=", 1)[0]
+        if "=" in token and not any(key == k or key.startswith(k + ".") for k in _VERL_KEYS):
+            raise _UserError(
+                f"{key}: not used by `lrmgym export verl`, which reads only env, judge, run.seed and eval.* "
+                "settings; verl's trainer is configured with its own overrides (python -m verl.trainer.main_ppo ...)."
+            )
+    try:
+        cfg = resolve(tokens)
+        result = export_verl(cfg, Path(outs[0]), n_train=train_tasks, n_test=test_tasks, force=force,
+                             version=__version__)  # fmt: skip
+    except (ConfigError, ExportError) as err:
+        raise _UserError(str(err)) from None
+    except OSError as err:
+        raise _MachineError(f"cannot write {outs[0]!r}: {err}; nothing was written.") from None
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    rows = ", ".join(f"{name} ({n} rows)" for name, n in result.rows.items())
+    click.echo(f"exported to {result.out_dir}: {rows}, reward.py, export.json; train with:")
+    click.echo("python -m verl.trainer.main_ppo " + " ".join(shlex.quote(a) for a in result.overrides) + " ...")
 
 
 def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name: str) -> None:
