@@ -18,10 +18,13 @@ RANK = {
     "testing": 2.5,  # the public test kit: mocks and batteries over envs, policies and judges
     "episodes": 2.7,  # multi-turn episodes of a policy in an env: below eval and learners
     "eval": 3,
+    "tracking": 3.5,  # experiment trackers (TensorBoard, W&B, MLflow): fed by the learners' loop, below it
     "learners": 4,
+    "report": 4.5,  # `lrmgym report`: reads the run directories learners write (imports only files)
     "configs": 5,
     "compose": 6,
     "integrations": 6.5,  # OpenRLHF's data, plug-ins and launch, `lrmgym serve`: over the composition root
+    "adapters": 6.7,  # TRL reward functions, verl compute_score and export: over integrations' labels and scorer
     "cli": 7,
 }  # fmt: skip
 BESIDE = {frozenset({"envs", "policies"})}

@@ -75,7 +75,9 @@ def _parse_options(tokens: tuple[str, ...]) -> dict[str, Any]:
 class _LazyGroup(click.Group):
     """A group whose extra commands live in their component's module, imported only when used or listed."""
 
-    lazy: dict[str, str] = {name: f"lrmgym.cli.{name}_cmd" for name in ("judge", "tiny", "analyze", "export", "serve")}
+    lazy: dict[str, str] = {
+        name: f"lrmgym.cli.{name}_cmd" for name in ("judge", "tiny", "analyze", "export", "serve", "report")
+    }
 
     def _lazy_command(self, name: str) -> click.Command | None:
         try:
