@@ -72,7 +72,9 @@ class GRPO(OnPolicy):
         tokenized = [tokenize_trajectory(t, self.policy.tokenizer) for t in trajs]
         fit = self.learn(trajs, tokenized, *scores_to_tensors([[t.reward for t in group] for group in ro.groups]))
         zero = fit.advantages.zero_variance
-        metrics = rollout_metrics(ro, trajs, tokenized, zero, fit.trained, self.turns, self.env, self.judge_metrics())
+        metrics = rollout_metrics(
+            ro, trajs, tokenized, zero, fit.trained, self.turns, self.env, self.judge_metrics(), self.updater.shape
+        )
         metrics.update(fit.stats)
         metrics.update({"time/generate_s": ro.generate_s, "time/score_s": ro.score_s, "time/train_s": fit.train_s})
         if wait_s is not None:  # with async rollouts: how long this step waited for the worker

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from lrmgym.learners.context import RunContext
+from lrmgym.learners.flops import achieved_rates
 from lrmgym.learners.resume import checkpoint_with_log, clean_temps
 from lrmgym.learners.rundir import (
     Checkpointer,
@@ -268,6 +269,7 @@ class Loop:
         self.step += 1
         metrics = {"step": self.step, **out.metrics}
         metrics["time/step_s"] = time.perf_counter() - start
+        metrics.update(achieved_rates(metrics))
         self.elapsed_s += metrics["time/step_s"]
         self.generations += int(metrics.get("generations") or 0)
         self.algorithm.end_step()  # after step and elapsed_s have advanced

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from lrmgym.core import Trajectory
+from lrmgym.learners.flops import LlamaShape, trajectory_generate_flops
 from lrmgym.learners.rollout import Rollout, TokenizedTrajectory, env_attr
 
 __all__ = ["rollout_metrics", "sample_records"]
@@ -22,6 +23,7 @@ def rollout_metrics(
     turns: int,
     env: Any,
     judge_metrics: dict[str, Any] | None = None,
+    shape: LlamaShape | None = None,
 ) -> dict[str, Any]:
     """Reward, accuracy, signal, length and throughput of one step's rollouts (and the env's judge metrics).
 
@@ -35,6 +37,9 @@ def rollout_metrics(
         env: The env (its ``pop_metrics()``, when it has one, adds ``judge/*`` keys).
         judge_metrics: The judges' metrics of this rollout when another process graded it (async rollouts);
             they replace the env's own (which then judged nothing).
+        shape: The policy's model shape (:class:`~lrmgym.learners.flops.LlamaShape`): adds
+            ``compute/flops_generate``, the sampling's matmul FLOPs; None (a model that module does not count)
+            leaves it out.
 
     ``generations`` counts the completions sampled (every policy turn of every trajectory): the step's sampling
     cost, summed by the loop's ``generation_budget``. ``all_failed_frac`` is the share of groups none of whose
@@ -68,6 +73,8 @@ def rollout_metrics(
         "tokens_per_s": generated / ro.generate_s if ro.generate_s > 0 else 0.0,
         "compute/generated_tokens": generated,
     }
+    if shape is not None:
+        metrics["compute/flops_generate"] = sum(trajectory_generate_flops(shape, s.policy_mask) for s in tokenized)
     if turns > 1:
         metrics["turns/mean"] = float(np.mean([len(t.policy_turns) for t in trajs]))
         metrics["first_turn_accuracy"] = float(np.mean(first)) if first else None

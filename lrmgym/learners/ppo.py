@@ -176,7 +176,9 @@ class PPO(OnPolicy):
         rewards_bg, valid = scores_to_tensors([[t.reward for t in group] for group in ro.groups])
         zero_variance = group_advantages(rewards_bg, valid).zero_variance  # logged beside GRPO's; PPO needs none
         judged = self.judge_metrics()
-        metrics = rollout_metrics(ro, trajs, tokenized, zero_variance, len(trained), self.turns, self.env, judged)
+        metrics = rollout_metrics(
+            ro, trajs, tokenized, zero_variance, len(trained), self.turns, self.env, judged, self.updater.shape
+        )
         metrics.update(stats)
         metrics.update({"time/generate_s": ro.generate_s, "time/score_s": ro.score_s, "time/train_s": train_s})
         if wait_s is not None:

@@ -20,6 +20,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from lrmgym.learners.common import adamw, check_adam_betas, check_trainable, derived_seed, usable_cpus
+from lrmgym.learners.flops import LlamaShape, forward_flops
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
 from lrmgym.learners.rollout import TokenBatch, collate_advantages
@@ -143,6 +144,7 @@ class PolicyUpdater:
         self.cfg, self.policy, self.progress, self.norm_len = cfg, policy, progress, norm_len
         self.temperature = temperature
         self.model = policy.model
+        self.shape = LlamaShape.of_model(self.model)  # None: a model lrmgym.learners.flops does not count
         self.device = next(self.model.parameters()).device
         self.ref_model = None
         if cfg.kl_coef > 0 or cfg.track_kl:
@@ -303,6 +305,8 @@ class PolicyUpdater:
         }  # fmt: skip
         if sampler_known:
             empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
+        if self.shape is not None:
+            empty.update({"compute/flops_forward": 0, "compute/flops_backward": 0})
         if self.cfg.ref_refresh_steps:
             self.refresh_ref()  # before anything reads the reference, also on a step with nothing to train
         if not seqs:
@@ -335,8 +339,16 @@ class PolicyUpdater:
         # Compute, as tokens through a model (prompt + completion, padding excluded; a prompt shared by a group is
         # counted once per row, as a trainer without prefix sharing computes it): with gradient, and without.
         batch_tokens = float(batch.attention_mask.sum())
-        nograd = batch_tokens * ((not reuse_old and behavior != "sampler") + (ref_all is not None))
+        nograd_passes = (not reuse_old and behavior != "sampler") + (ref_all is not None)
+        nograd = batch_tokens * nograd_passes
         grad_tokens = 0.0
+        # The same passes in matmul FLOPs (lrmgym.learners.flops; backward = 2x), counted like the tokens (per row,
+        # padding excluded, a shared prompt once per row: shared_prefix computes less), for models that module
+        # counts. compute/flops_forward adds the no-grad forwards to the ones with gradient.
+        shape = self.shape
+        lengths = batch.attention_mask.sum(-1).tolist()
+        nograd_flops = nograd_passes * forward_flops(shape, lengths) if shape is not None else 0
+        grad_flops = 0
         optim_steps = 0
         for epoch in range(cfg.epochs):
             order = torch.randperm(n).tolist() if cfg.minibatches > 1 else list(range(n))
@@ -353,6 +365,8 @@ class PolicyUpdater:
                     t = mask.shape[1]
                     logp, entropy = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
                     grad_tokens += float(sub.attention_mask.sum())
+                    if shape is not None:
+                        grad_flops += forward_flops(shape, [lengths[r] for r in micro])
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(
@@ -401,6 +415,9 @@ class PolicyUpdater:
                 "train_infer/logp_abs_diff": sums["gap"] / max(first_epoch_tokens, 1.0),
                 "train_infer/kl": sums["gap_kl"] / max(first_epoch_tokens, 1.0),
             }
+        flops = {}
+        if shape is not None:
+            flops = {"compute/flops_forward": int(grad_flops + nograd_flops), "compute/flops_backward": 2 * grad_flops}
         return {
             "loss": sums["loss"] / max(optim_steps, 1),
             "clip_frac": sums["clip"] / max(sums["tokens"], 1.0),
@@ -412,4 +429,5 @@ class PolicyUpdater:
             "compute/backward_tokens": int(grad_tokens),
             "compute/nograd_forward_tokens": int(nograd),
             **gap,
+            **flops,
         }

@@ -126,7 +126,7 @@ def test_one_cpu_runs_synchronously(tmp_path, monkeypatch, capsys):
 
 
 def _stable(path) -> list[dict]:
-    return [{k: v for k, v in m.items() if not k.startswith(("time/", "tokens_per_s"))} for m in _lines(path)]
+    return [{k: v for k, v in m.items() if not k.startswith(("time/", "tokens_per_s", "perf/"))} for m in _lines(path)]
 
 
 def test_a_resumed_async_run_matches_an_uninterrupted_one(tmp_path):

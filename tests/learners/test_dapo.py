@@ -21,7 +21,7 @@ from lrmgym.learners.loop import Loop
 from lrmgym.learners.rollout import tokenize_trajectory
 
 register_test_env()
-VOLATILE = ("time/", "tokens_per_s")
+VOLATILE = ("time/", "tokens_per_s", "perf/")  # perf/*: FLOPs per second of wall time
 
 
 def _common(**kw):

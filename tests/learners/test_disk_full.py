@@ -24,7 +24,7 @@ from lrmgym.learners.rundir import Checkpointer
 
 register_test_env()
 HERE = Path(__file__).resolve().parent
-VOLATILE = ("time/", "tokens_per_s")
+VOLATILE = ("time/", "tokens_per_s", "perf/")  # perf/*: FLOPs per second of wall time
 STEPS = 16
 
 _CLI = (

@@ -20,7 +20,7 @@ from lrmgym.learners.ppo import PPOConfig, explained_variance, token_rewards, wh
 from lrmgym.learners.rollout import rollout, tokenize_trajectory
 
 register_test_env()
-VOLATILE = ("time/", "tokens_per_s")
+VOLATILE = ("time/", "tokens_per_s", "perf/")  # perf/*: FLOPs per second of wall time
 
 
 def _learner(**kw) -> PPOConfig:

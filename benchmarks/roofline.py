@@ -1,0 +1,198 @@
+"""The default GRPO step against this machine's fp32 matmul peak: how far from its FLOP floor is it?
+
+Run: ``python benchmarks/roofline.py [--steps 40] [--skip 5] [--repeats 7] [--out benchmarks/results/roofline.md]``.
+
+In one run, on one machine:
+
+1. The fp32 matmul peak: ``torch.matmul`` on square matrices (256, 512, 1024) and on the default run's own
+   shapes (the update's micro-batches of ``micro_batch_tokens`` rows and the sampler's decode steps of
+   ``prompts_per_step x group_size`` rows, times each weight of the tiny Llama: q/k/v/o, gate/up, down,
+   lm_head), with 1 and with 2 threads; each is the best of ``--repeats`` timed repeats after a warm-up. The peak
+   of a thread count is the best rate over all those shapes.
+2. A short default training, ``lrmgym run env=math learner=grpo`` (the README's command) with a fixed number of
+   steps, no time budget and no evaluation, in a fresh process as a user runs it. Its ``metrics.jsonl`` carries
+   the FLOPs of each step (``compute/flops_*``, :mod:`lrmgym.learners.flops`) and the seconds of its parts.
+3. The report: the update's achieved GFLOP/s and its share of the single-thread peak (the default update runs
+   on one thread, the rollout worker on the other core), and the whole step's time against its FLOP floor on two
+   cores (step FLOPs / 2-thread peak). The issue's targets: update >= 75 % of the single-thread peak, whole step
+   <= 2x its floor. ``uptime`` is printed before and after, since the machine may be shared.
+
+FLOPs are counted as :mod:`lrmgym.learners.flops` does: matmuls only, a shared prompt once per row and padding
+left out, so the update's rate is the work of a plain trainer over the time of this one (shared_prefix computes
+fewer FLOPs than counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lrmgym.learners.flops import LlamaShape
+
+
+def uptime() -> str:
+    """The output of ``uptime`` (load averages), or a note where it is missing."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as err:
+        return f"(uptime unavailable: {err})"
+
+
+def matmul_gflops(m: int, k: int, n: int, threads: int, repeats: int) -> float:
+    """Best GFLOP/s of ``[m, k] @ [k, n]`` in fp32 over ``repeats`` timed repeats (each >= ~50 ms) after a warm-up."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out = torch.empty(m, n)
+    flops = 2.0 * m * k * n
+    start = time.perf_counter()
+    torch.matmul(a, b, out=out)
+    once = max(time.perf_counter() - start, 1e-6)
+    iters = max(1, int(0.05 / once))
+    for _ in range(iters):  # warm-up
+        torch.matmul(a, b, out=out)
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b, out=out)
+        best = max(best, flops * iters / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def run_shapes(shape: LlamaShape, update_rows: int, decode_rows: int) -> dict[str, tuple[int, int, int]]:
+    """The distinct (m, k, n) of the default run's weight matmuls: the update's micro-batches, the decode steps."""
+    h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    weights = {"q/o": (h, q), "k/v": (h, kv), "gate/up": (h, shape.intermediate), "down": (shape.intermediate, h)}
+    weights["lm_head"] = (h, shape.vocab)
+    names: dict[tuple[int, int, int], list[str]] = {}  # weights of one shape (q/o and k/v without GQA) merged
+    for where, m in (("update", update_rows), ("decode", decode_rows)):
+        for name, (k, n) in weights.items():
+            names.setdefault((m, k, n), [where]).append(name)
+    return {f"{w[0]} {', '.join(w[1:])} [{m}x{k}]@[{k}x{n}]": (m, k, n) for (m, k, n), w in names.items()}
+
+
+def default_run(steps: int, runs: Path) -> tuple[list[dict], float]:
+    """The README's ``learner=grpo`` for ``steps`` steps (no time budget, no evaluation); its metrics and wall time."""
+    argv = [
+        sys.executable, "-m", "lrmgym.cli.main", "run", "env=math", "learner=grpo", "learner.time_budget_s=null",
+        f"learner.steps={steps}", "learner.eval_before_after=false", "learner.progress=false",
+        f"run.output_dir={runs}", "run.name=roofline",
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"the GRPO run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    lines = (runs / "roofline" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines], wall
+
+
+def default_shape_and_rows() -> tuple[LlamaShape, int, int]:
+    """The default model's shape, the update's micro-batch rows and the decode rows of ``learner=grpo``."""
+    from lrmgym.configs.resolve import resolve
+
+    cfg = resolve(["env=math", "learner=grpo"])
+    policy = cfg.policy.build()
+    shape = LlamaShape.of_model(policy.model)
+    if shape is None:
+        raise RuntimeError("The default policy's model is not one lrmgym.learners.flops counts.")
+    learner = cfg.learner
+    return shape, int(learner.micro_batch_tokens or 1024), learner.prompts_per_step * learner.group_size
+
+
+def report(args: argparse.Namespace) -> str:
+    """Measure, train, and return the report in Markdown."""
+    before = uptime()
+    shape, update_rows, decode_rows = default_shape_and_rows()
+    shapes = {f"square {n}": (n, n, n) for n in (256, 512, 1024)}
+    shapes.update(run_shapes(shape, update_rows, decode_rows))
+    rates = {t: {name: matmul_gflops(*mkn, t, args.repeats) for name, mkn in shapes.items()} for t in (1, 2)}
+    peak = {t: max(r.values()) for t, r in rates.items()}
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lines, wall = default_run(args.steps, Path(tmp))
+    after_run = uptime()
+    kept = lines[args.skip :]  # the first steps warm up (allocator, the worker's start)
+    total = {k: float(sum(m[k] for m in kept)) for k in ("compute/flops_forward", "compute/flops_backward")}
+    generate = float(sum(m["compute/flops_generate"] for m in kept))
+    train_s = float(sum(m["time/train_s"] for m in kept))
+    step_s = float(sum(m["time/step_s"] for m in kept))
+    update_flops = total["compute/flops_forward"] + total["compute/flops_backward"]
+    update_rate = update_flops / train_s / 1e9
+    step_flops = update_flops + generate
+    floor_s = step_flops / (peak[2] * 1e9)
+    n = len(kept)
+    per_step = {
+        "update": train_s / n, "step": step_s / n,
+        "generate": float(np.mean([m["time/generate_s"] for m in kept])),
+        "wait": float(np.mean([m.get("time/wait_s", 0.0) for m in kept])),
+    }  # fmt: skip
+
+    out = [
+        "# Roofline of the default GRPO step (`lrmgym run env=math learner=grpo`)",
+        "",
+        f"Reproduce: `python benchmarks/roofline.py --steps {args.steps} --skip {args.skip} --repeats {args.repeats}`."
+        f" Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs.",
+        "",
+        f"- `uptime` before: `{before}`",
+        f"- `uptime` after the run: `{after_run}`",
+        "",
+        f"Model: hidden {shape.hidden}, {shape.layers} layers, {shape.heads} heads ({shape.kv_heads} KV), MLP "
+        f"{shape.intermediate}, vocab {shape.vocab}. FLOPs: matmuls only (lrmgym/learners/flops.py; backward = 2x "
+        "forward; a shared prompt counted once per row, padding excluded).",
+        "",
+        f"## fp32 matmul rate (GFLOP/s, best of {args.repeats} after warm-up)",
+        "",
+        "| shape | 1 thread | 2 threads |",
+        "|---|---:|---:|",
+        *[f"| {name} | {rates[1][name]:.1f} | {rates[2][name]:.1f} |" for name in shapes],
+        f"| **peak (best of the above)** | **{peak[1]:.1f}** | **{peak[2]:.1f}** |",
+        "",
+        f"## The run: {len(lines)} steps, the first {args.skip} left out ({n} kept), wall {wall:.0f} s",
+        "",
+        f"Per step (mean): update {per_step['update']:.3f} s, step {per_step['step']:.3f} s, generation "
+        f"{per_step['generate']:.3f} s (async worker), waiting for the worker {per_step['wait']:.3f} s.",
+        f"FLOPs per step: update {update_flops / n / 1e9:.2f} GFLOP (forward "
+        f"{total['compute/flops_forward'] / n / 1e9:.2f}, backward {total['compute/flops_backward'] / n / 1e9:.2f}),"
+        f" generation {generate / n / 1e9:.2f} GFLOP.",
+        "",
+        "| measure | reached | target |",
+        "|---|---:|---:|",
+        f"| update: achieved GFLOP/s | {update_rate:.1f} | |",
+        f"| update: share of the 1-thread peak ({peak[1]:.1f}) | {100 * update_rate / peak[1]:.1f} % | >= 75 % |",
+        f"| step: FLOP floor on 2 cores (step FLOPs / {peak[2]:.1f} GFLOP/s) | {floor_s / n * 1e3:.1f} ms | |",
+        f"| step: time / floor | {step_s / floor_s:.1f}x | <= 2x |",
+        f"| step: achieved GFLOP/s (all FLOPs / step time) | {step_flops / step_s / 1e9:.1f} | |",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    """Parse the options, run, print and write the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="GRPO steps of the run")
+    parser.add_argument("--skip", type=int, default=5, help="first steps left out of the figures (warm-up)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats per matmul shape (best kept)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "roofline.md")
+    args = parser.parse_args()
+    if args.skip >= args.steps:
+        parser.error(f"--skip ({args.skip}) must be below --steps ({args.steps}).")
+    text = report(args)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
