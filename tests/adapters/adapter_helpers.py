@@ -7,16 +7,13 @@ group), with a fresh env: the numbers every adapter must reproduce.
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lrmgym.configs.resolve import validate_component, validate_env
 from lrmgym.integrations.labels import decode_label
-from lrmgym.judges.scoring import judge_file
+from lrmgym.testing.judging import judge_rows, task_row
 
 
 def build_judges(judge_cfgs: dict[str, Any]) -> list[Any]:
@@ -37,26 +34,9 @@ def judge_verdicts(
     """
     decoded = [decode_label(raw) for raw in labels]
     env = (env_cfg if env_cfg is not None else validate_env(decoded[0].env)).make()
-    rows = []
-    for label, text in zip(decoded, texts, strict=True):
-        task = env.unwrapped.task_at(label.index, seed=label.seed)
-        rows.append({"task_id": task.id, "prompt": task.prompt, "answer": task.answer,
-                     "metadata": dict(task.metadata), "completion": text})  # fmt: skip
-    source = tmp_path / f"judge-input-{time.monotonic_ns()}.jsonl"
-    lines = [json.dumps(r, default=list) for r in rows]
-    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8", errors="surrogatepass")
-    out = source.with_suffix(".verdicts.jsonl")
-    before = os.environ.get("LRMGYM_MAX_LINE_BYTES")
-    os.environ["LRMGYM_MAX_LINE_BYTES"] = str(max([1 << 20, *(len(line.encode()) + 1 for line in lines)]))
-    try:  # lines of one task_id form its group, as TRL's and verl's batches hold a prompt's completions together
-        judge_file(source, out, list(judges), env=env)
-    finally:
-        env.close()
-        if before is None:
-            os.environ.pop("LRMGYM_MAX_LINE_BYTES", None)
-        else:
-            os.environ["LRMGYM_MAX_LINE_BYTES"] = before
-    return [json.loads(line)["verdict"] for line in out.read_text(encoding="utf-8").splitlines()]
+    tasks = [env.unwrapped.task_at(label.index, seed=label.seed) for label in decoded]
+    # lines of one task_id form its group, as TRL's and verl's batches hold a prompt's completions together
+    return judge_rows([task_row(t, text) for t, text in zip(tasks, texts, strict=True)], judges, env, tmp_path)
 
 
 def contributions(verdict: dict, names: Sequence[str]) -> dict[str, float | None]:

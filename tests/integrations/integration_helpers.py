@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from lrmgym.core import Task
-from lrmgym.judges.scoring import judge_file
 from lrmgym.testing import adversarial as battery
+from lrmgym.testing.judging import judge_rows, task_row
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,28 +39,9 @@ def shared_data_dir() -> Path:
 # ------------------------------------------------------------------------------------------------ references
 def reference_verdicts(cfg: Any, groups: Sequence[tuple[Task, Sequence[str]]], tmp_path: Path) -> list[list[dict]]:
     """The verdicts ``lrmgym judge`` gives each group's completions, in order."""
-    rows = [
-        {"task_id": task.id, "prompt": task.prompt, "answer": task.answer, "metadata": dict(task.metadata),
-         "completion": text}
-        for task, texts in groups for text in texts
-    ]  # fmt: skip
-    source = tmp_path / f"judge-input-{time.monotonic_ns()}.jsonl"
-    lines = [json.dumps(r, default=list) for r in rows]
-    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8", errors="surrogatepass")
-    out = source.with_suffix(".verdicts.jsonl")
-    env = cfg.env.make()
-    before = os.environ.get("LRMGYM_MAX_LINE_BYTES")
-    os.environ["LRMGYM_MAX_LINE_BYTES"] = str(max([1 << 20, *(len(line.encode()) + 1 for line in lines)]))
-    try:  # one line per completion (lines of one task_id form its group); long hostile ones need a larger limit
-        judge_file(source, out, [j.build() for j in cfg.judge.values()], env=env)
-    finally:
-        env.close()
-        if before is None:
-            os.environ.pop("LRMGYM_MAX_LINE_BYTES", None)
-        else:
-            os.environ["LRMGYM_MAX_LINE_BYTES"] = before
-    verdicts = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    it = iter(v["verdict"] for v in verdicts)
+    rows = [task_row(task, text) for task, texts in groups for text in texts]
+    verdicts = judge_rows(rows, [j.build() for j in cfg.judge.values()], cfg.env.make(), tmp_path)
+    it = iter(verdicts)
     return [[next(it) for _ in texts] for _, texts in groups]
 
 
