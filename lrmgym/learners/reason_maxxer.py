@@ -51,6 +51,7 @@ from lrmgym.learners.onpolicy import _INIT, _TRAIN_STREAM
 from lrmgym.learners.rundir import atomic_torch_save, atomic_write_json
 from lrmgym.learners.traces import JudgedRollout, read_rollouts, write_rollouts
 from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.fasttrain import causal_lm_logits
 
 __all__ = [
     "JudgedRollout",
@@ -553,7 +554,7 @@ class ReasonMaxxer(Algorithm):
                 chunk = rollouts[start : start + self.cfg.score_batch_size]
                 rows = [[*r.prompt_token_ids, *r.token_ids] for r in chunk]
                 ids, attention = _pad(rows, self.pad_id, _device(model))
-                entropy = token_entropy(model(input_ids=ids, attention_mask=attention).logits)  # [n, T-1]
+                entropy = token_entropy(causal_lm_logits(model, ids, attention))  # [n, T-1]
                 for i, r in enumerate(chunk):
                     p = len(r.prompt_token_ids)
                     out.append(entropy[i, p - 1 : len(rows[i]) - 1].float().cpu())
@@ -615,9 +616,9 @@ class ReasonMaxxer(Algorithm):
             base = None
             if cfg.kl_coef > 0:
                 with torch.no_grad(), self.model.disable_adapter():
-                    base = self.model(input_ids=ids, attention_mask=attention).logits
+                    base = causal_lm_logits(self.model, ids, attention)
                 sums["base"] += float(attention.sum())
-            logits = self.model(input_ids=ids, attention_mask=attention).logits
+            logits = causal_lm_logits(self.model, ids, attention)
             parts = reason_maxxer_loss(
                 logits, base, ids, adv, decision, anchor, cfg.kl_coef, cfg.beta_neg, cfg.neg_prob_floor
             )

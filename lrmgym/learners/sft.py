@@ -214,10 +214,12 @@ class MaskedCE:
         import torch
         import torch.nn.functional as F
 
+        from lrmgym.policies.fasttrain import causal_lm_logits
+
         ids, labels = input_ids.to(self.device), labels.to(self.device)
         attention = _attention_mask(labels)
         self.model.train()
-        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1]  # [B, T-1, V]
+        logits = causal_lm_logits(self.model, ids, attention)[:, :-1]  # [B, T-1, V]; the lean forward where it applies
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

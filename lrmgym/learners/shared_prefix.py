@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from lrmgym.learners.losses import token_entropy, token_logprobs
+from lrmgym.policies.fasttrain import LlamaTrainer, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
 
 __all__ = ["forward_logprobs", "prompt_groups"]
@@ -63,6 +64,7 @@ def forward_logprobs(
     pad_id: int,
     entropy: bool = False,
     temperature: float = 1.0,
+    lean: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Next-token log-probs of right-padded rows, sharing the forward pass of equal prompts.
 
@@ -77,6 +79,8 @@ def forward_logprobs(
         entropy: Also return the (detached) entropy of each next-token distribution.
         temperature: Score under ``softmax(logits / temperature)``, the distribution a sampler at that
             temperature drew from (so the importance ratio compares like with like); 1 is the model's own.
+        lean: Run the passes through :class:`~lrmgym.policies.fasttrain.LlamaTrainer` where the model qualifies
+            (the same function and gradients, less overhead); otherwise, or when False, through ``model.forward``.
 
     Returns:
         ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
@@ -86,9 +90,13 @@ def forward_logprobs(
     """
     n, width = input_ids.shape
     lengths = attention_mask.sum(-1)
+    trainer = LlamaTrainer.build(model) if lean and right_padded(attention_mask) else None
     owner = None if prompt_len is None or int(prompt_len.min()) < 1 else prompt_groups(input_ids, prompt_len)
     if owner is None or not _worth_sharing(owner, prompt_len, lengths, width):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        if trainer is not None:
+            logits = trainer.logits(input_ids)
+        else:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
         if temperature != 1.0:
             logits = logits / temperature
         return token_logprobs(logits, input_ids), token_entropy(logits.detach()) if entropy else None
@@ -104,21 +112,28 @@ def forward_logprobs(
     cols_p = torch.arange(width_p, device=device)
     pre_mask = (cols_p[None] < plen_u[:, None]).long()  # [U, P]
     prompts = torch.where(pre_mask.bool(), input_ids[rows_u, :width_p], pad_id)  # [U, P], right-padded
-    out = model(input_ids=prompts, attention_mask=pre_mask, use_cache=True)
-    first = out.logits[torch.arange(len(first_row), device=device), plen_u - 1]  # [U, V]: predicts policy token 1
-    cache = _select_rows(_output_cache(out), idx)
-    cache_arg = _forward_kwargs(model)[0]  # "cache" in recent transformers, "past_key_values" before
-
     cont_len = lengths - plen  # [N]
     width_c = int(cont_len.max())
     cols_c = torch.arange(width_c, device=device)
     cont_mask = (cols_c[None] < cont_len[:, None]).long()  # [N, C]
     gather_cols = (plen[:, None] + cols_c[None]).clamp(max=width - 1)
     cont = torch.where(cont_mask.bool(), input_ids.gather(1, gather_cols), pad_id)  # [N, C], right-padded
-    logits_c = model(
-        input_ids=cont, attention_mask=torch.cat([pre_mask[idx], cont_mask], dim=1),
-        position_ids=plen[:, None] + cols_c[None], use_cache=True, **{cache_arg: cache},
-    ).logits  # fmt: skip
+    positions = plen[:, None] + cols_c[None]
+    last = torch.arange(len(first_row), device=device), plen_u - 1
+    if trainer is not None:
+        hidden, kv = trainer.prefill(prompts)
+        first = trainer.head(hidden[last])  # [U, V]: predicts policy token 1
+        past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]
+        logits_c = trainer.extend(cont, past, pre_mask.bool()[idx], positions)
+    else:
+        out = model(input_ids=prompts, attention_mask=pre_mask, use_cache=True)
+        first = out.logits[last]  # [U, V]: predicts policy token 1
+        cache = _select_rows(_output_cache(out), idx)
+        cache_arg = _forward_kwargs(model)[0]  # "cache" in recent transformers, "past_key_values" before
+        logits_c = model(
+            input_ids=cont, attention_mask=torch.cat([pre_mask[idx], cont_mask], dim=1),
+            position_ids=positions, use_cache=True, **{cache_arg: cache},
+        ).logits  # fmt: skip
     # Position j of `scores` predicts continuation token j: from the prompt's last position for j = 0.
     scores = torch.cat([first[idx].unsqueeze(1), logits_c[:, :-1]], dim=1).float()  # [N, C, V]
     if temperature != 1.0:

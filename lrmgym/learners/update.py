@@ -73,6 +73,10 @@ class PolicyGradientConfig(LoopConfig):
     """In the update, run each group's prompt once and its G continuations on top of that prompt's (differentiable)
     KV cache, instead of running the prompt G times; same result up to float rounding. Needs a transformers
     causal LM (past_key_values and position_ids in its forward). See lrmgym/learners/shared_prefix.py."""
+    lean_forward: bool = True
+    """Run the update's forward passes through lrmgym.policies.fasttrain (the lean training forward of Llama-family
+    models: fused q/k/v and gate/up, the same parameters and gradients) where the model qualifies; other models,
+    and false here, take model.forward."""
     pg_loss: PolicyLossName = "ppo_clip"
     """Policy loss (a name in lrmgym.learners.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
     (detached IS weight capped at 1 + clip_high, no floor; MiniMax-M1), gspo (sequence-level ratio; GSPO) or
@@ -223,7 +227,7 @@ class PolicyUpdater:
         return forward_logprobs(
             model, batch.input_ids.to(self.device), batch.attention_mask.to(self.device),
             batch.prompt_len if self.cfg.shared_prefix else None, self.pad_id, entropy=entropy,
-            temperature=self.temperature,
+            temperature=self.temperature, lean=self.cfg.lean_forward,
         )  # fmt: skip
 
     @torch.no_grad()

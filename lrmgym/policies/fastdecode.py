@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LlamaDecoder"]
+__all__ = ["LlamaDecoder", "llama_like"]
 
 _KEEP_BYTES = 256 * 2**20
 """Largest key/value storage (per set) that :meth:`LlamaDecoder._buffers` keeps for reuse on CPU."""
@@ -79,6 +79,40 @@ def _linear_weights(module: Any) -> tuple[torch.Tensor, torch.Tensor | None] | N
     return weight, base.bias
 
 
+def llama_like(model: Any) -> Any | None:
+    """The causal LM whose modules a lean forward runs (a peft model's base model), or ``None`` if it does not qualify.
+
+    Qualifies: a ``llama``, ``mistral`` (without a sliding window) or ``qwen2`` model with SiLU, no q/k norms,
+    plain (or LoRA-wrapped) linear projections, no MLP biases and no forward hooks on any module.
+    """
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):  # a peft PeftModel: its LoRA layers sit inside the base model's modules
+        model = get_base()
+    config = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    if config is None or inner is None or getattr(config, "model_type", None) not in _SUPPORTED:
+        return None
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "use_sliding_window", False):
+        return None
+    if getattr(config, "model_type", None) == "mistral" and getattr(config, "sliding_window", None):
+        return None
+    if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
+        return None  # a hook (steering, probing, a test's bias) must see every forward
+    needed = ("embed_tokens", "norm", "layers", "rotary_emb")
+    if not all(hasattr(inner, name) for name in needed) or not _plain_linear(getattr(model, "lm_head", None)):
+        return None
+    for layer in inner.layers:
+        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        projections = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        projections += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+        weights = [_linear_weights(p) for p in projections]
+        if any(w is None for w in weights) or any(w[1] is not None for w in weights[4:]):  # type: ignore[index]
+            return None  # not (LoRA-)linear, or an MLP with biases
+        if any(hasattr(attn, n) for n in ("q_norm", "k_norm")):
+            return None
+    return model
+
+
 class _Layer:
     """One decoder layer's weights, q/k/v and gate/up concatenated.
 
@@ -124,16 +158,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
-class LlamaDecoder:
-    """Prefill a left-padded batch, then decode one token per row per call, with a preallocated KV buffer.
-
-    Use :meth:`build` (``None`` when the model does not qualify). Shapes: ``b`` rows alive, ``H`` query heads,
-    ``K`` key/value heads, ``D`` head size, ``L`` buffer length (prompt width + new tokens).
-    """
+class _LlamaParts:
+    """What every lean pass reads of a qualifying model (:func:`llama_like`) besides its layers."""
 
     def __init__(self, model: Any) -> None:
-        config = model.config
-        inner = model.model
+        config, inner = model.config, model.model
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm
         self.lm_head_w, self.lm_head_b = _linear_weights(model.lm_head)  # type: ignore[misc]
@@ -141,7 +170,18 @@ class LlamaDecoder:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
-        self.layers = [_Layer(layer) for layer in inner.layers]
+
+
+class LlamaDecoder(_LlamaParts):
+    """Prefill a left-padded batch, then decode one token per row per call, with a preallocated KV buffer.
+
+    Use :meth:`build` (``None`` when the model does not qualify). Shapes: ``b`` rows alive, ``H`` query heads,
+    ``K`` key/value heads, ``D`` head size, ``L`` buffer length (prompt width + new tokens).
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(model)
+        self.layers = [_Layer(layer) for layer in model.model.layers]
         self.keys: list[torch.Tensor] = []  # per layer [b, K, L, D]
         self.values: list[torch.Tensor] = []
         self.valid = torch.empty(0, 0, dtype=torch.bool)  # [b, L]: buffer slots a query may attend to
@@ -155,32 +195,8 @@ class LlamaDecoder:
 
         A peft model is decoded through its base model's modules, with the LoRA layers' effective weights.
         """
-        get_base = getattr(model, "get_base_model", None)
-        if callable(get_base):  # a peft PeftModel: its LoRA layers sit inside the base model's modules
-            model = get_base()
-        config = getattr(model, "config", None)
-        inner = getattr(model, "model", None)
-        if config is None or inner is None or getattr(config, "model_type", None) not in _SUPPORTED:
-            return None
-        if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "use_sliding_window", False):
-            return None
-        if getattr(config, "model_type", None) == "mistral" and getattr(config, "sliding_window", None):
-            return None
-        if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
-            return None  # a hook (steering, probing, a test's bias) must see every forward
-        needed = ("embed_tokens", "norm", "layers", "rotary_emb")
-        if not all(hasattr(inner, name) for name in needed) or not _plain_linear(getattr(model, "lm_head", None)):
-            return None
-        for layer in inner.layers:
-            attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-            projections = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
-            projections += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
-            weights = [_linear_weights(p) for p in projections]
-            if any(w is None for w in weights) or any(w[1] is not None for w in weights[4:]):  # type: ignore[index]
-                return None  # not (LoRA-)linear, or an MLP with biases
-            if any(hasattr(attn, n) for n in ("q_norm", "k_norm")):
-                return None
-        return cls(model)
+        base = llama_like(model)
+        return None if base is None else cls(base)
 
     def _attention_block(
         self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, start: int, masked: torch.Tensor

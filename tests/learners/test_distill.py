@@ -32,6 +32,7 @@ from lrmgym.learners.sft import (
     masked_ce_batches,
     train_masked_ce,
 )
+from lrmgym.policies import fasttrain
 from lrmgym.policies.tiny import TinyArch, TinyTrainConfig, build_model, build_tokenizer
 from lrmgym.registry import make
 from lrmgym.testing.mock import ADVERSARIAL_OUTPUTS, AdversarialPolicy, ScriptedPolicy
@@ -133,7 +134,10 @@ def _old_train_masked_ce(model, tokenizer, cfg, pairs):
     return losses
 
 
-def test_train_masked_ce_is_bit_identical_to_the_recipe_before_the_refactor():
+def test_train_masked_ce_is_bit_identical_to_the_recipe_before_the_refactor(monkeypatch):
+    # Bit-identical through model.forward, as the old recipe ran; the lean training forward (which changes float
+    # rounding only) is checked against model.forward in tests/policies/test_fasttrain.py.
+    monkeypatch.setattr(fasttrain.LlamaTrainer, "build", classmethod(lambda cls, model: None))
     # Prompts and solutions of different lengths, so rows are padded; 5 steps cross the warm-up into the cosine.
     pairs = [
         (f"Q:Compute {7 * i}+{i}. A:", f"<think>{7 * i}+{i}={8 * i}</think><answer>{8 * i}</answer>") for i in range(20)

@@ -1,0 +1,189 @@
+"""A lean, differentiable forward for Llama-family models: the training twin of :mod:`lrmgym.policies.fastdecode`.
+
+Why not ``model.forward``: for the small models lrmgym trains on a CPU, most of a training step is per-module
+overhead rather than arithmetic. On the tiny default model, a forward and backward of the default update
+(micro-batches of 1 024 tokens) spent 38 % of its time in matrix products; the rest was the transformers
+layers' bookkeeping (mask building, three separate q/k/v products and their three backward products, RoPE
+through slices and a concatenation, ``scaled_dot_product_attention``'s CPU kernel, which at head size 32 and
+under 100 positions runs forward and backward 1.5-1.9x slower than two batched products and a softmax).
+
+This module computes the same function with the model's own parameters (so gradients land on them, and the
+optimizer, checkpoints and LoRA adapters are untouched): q/k/v and gate/up each as one product over weights
+concatenated on every call (so that they follow the optimizer; the concatenation is differentiable, its backward
+a split), the model's own rotary-embedding module, attention as ``softmax(q k^T + mask) v`` with batched
+products, and the LM head applied only where a caller needs logits. Two kinds of call:
+
+- :meth:`LlamaTrainer.logits`: right-padded rows from position 0 (the plain training pass). Right padding means
+  that a real token never attends to padding (padding comes after it), so the causal mask is the whole mask.
+- :meth:`LlamaTrainer.prefill` then :meth:`LlamaTrainer.extend`: a prompt pass that keeps its keys and values
+  (differentiable), and continuation rows on top of a row-selection of them, the layout of
+  :mod:`lrmgym.learners.shared_prefix`.
+
+Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (llama, mistral without a sliding window,
+qwen2; plain or LoRA linear layers; no hooks). In addition, a model in training mode with a dropout that would
+be active (attention dropout, a LoRA dropout) or with gradient checkpointing on does not qualify: this forward
+applies neither. :meth:`LlamaTrainer.build` returns ``None`` then, and callers take ``model.forward``.
+``tests/policies/test_fasttrain.py`` checks logits and every parameter's gradient against ``model.forward``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lrmgym.policies.fastdecode import _linear_weights, _LlamaParts, _rms, _rotary_tables, _rotate, llama_like
+
+__all__ = ["LlamaTrainer", "causal_lm_logits"]
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+"""Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
+
+
+class _TrainLayer:
+    """One decoder layer's (effective) weights, the attention scale folded into the query rows.
+
+    Unlike the decoder's :class:`~lrmgym.policies.fastdecode._Layer`, q/k/v and gate/up stay separate products:
+    with a gradient, splitting one fused output costs its backward a concatenation (or a zero-filled buffer and a
+    copy per part) of the output's gradient, more than the fused forward saves (measured on the tiny default
+    model: a fused forward and backward took 18 % longer than separate products).
+    """
+
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))  # RoPE is linear: scaling q first is the same
+        (q_w, q_b), (self.k_w, self.k_b), (self.v_w, self.v_b), (self.o_w, self.o_b) = (
+            _linear_weights(m)  # type: ignore[misc]  # llama_like checked that each is a (LoRA-)linear layer
+            for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+        )
+        self.q_w, self.q_b = q_w * scaling, (q_b * scaling if q_b is not None else None)
+        self.gate_w, self.up_w, self.down_w = (
+            _linear_weights(m)[0] for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        )  # type: ignore[index]
+
+
+def _active_dropout(model: Any) -> bool:
+    """Whether a forward of ``model`` in its current mode would apply a dropout this module does not."""
+    if not model.training:
+        return False
+    if float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    for module in model.modules():
+        for drop in getattr(module, "lora_dropout", {}).values() if hasattr(module, "lora_dropout") else ():
+            if isinstance(drop, torch.nn.Dropout) and drop.p > 0:
+                return True
+    return False
+
+
+class LlamaTrainer(_LlamaParts):
+    """The lean forward over one model's current parameters (build one per forward pass: :meth:`build`).
+
+    Shapes: ``b`` rows, ``t`` positions of this pass, ``P`` positions of a kept prefix, ``H`` query heads,
+    ``K`` key/value heads, ``D`` head size, ``V`` vocabulary.
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(model)
+        self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
+        self.layers = [_TrainLayer(layer) for layer in model.model.layers]
+
+    @classmethod
+    def build(cls, model: Any) -> LlamaTrainer | None:
+        """The lean forward of ``model`` as its parameters are now, or ``None`` where ``model.forward`` must run."""
+        base = llama_like(model)
+        if base is None or _active_dropout(base):
+            return None
+        if any(getattr(m, "gradient_checkpointing", False) for m in base.modules()):
+            return None  # transformers' activation checkpointing trades compute for memory: keep it
+        return cls(base)
+
+    # ------------------------------------------------------------------------------------------ the layers
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, past: KV | None) -> tuple:
+        """Hidden states after the final norm ``[b, t, hidden]`` and this pass's keys and values.
+
+        ``bias [t, P+t]`` or ``[b, 1, t, P+t]`` is added to the attention scores (0 where a query may see a key,
+        the dtype's lowest value where not); ``past`` holds the keys and values of the ``P`` positions before.
+        """
+        b, t = ids.shape
+        heads, kv, d = self.heads, self.kv_heads, self.head_dim
+        x = F.embedding(ids, self.embed, padding_idx=self.padding_idx)
+        cos, sin = _rotary_tables(self.rotary, x, positions)
+        kept: KV = []
+        for i, layer in enumerate(self.layers):
+            h = _rms(layer.norm1, x)
+            q = F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d).transpose(1, 2)  # [b, H, t, D]
+            k = F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d).transpose(1, 2)
+            v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            kept.append((k, v))
+            if past is not None:
+                k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
+            if kv != heads:  # grouped-query attention: each key/value head serves heads / kv query heads
+                k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
+            scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
+            attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
+            x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
+            h = _rms(layer.norm2, x)
+            x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
+        return _rms(self.final_norm, x), kept
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of final hidden states ``[..., hidden] -> [..., V]``."""
+        return F.linear(hidden, self.lm_head_w, self.lm_head_b)
+
+    def _causal(self, t: int, like: torch.Tensor) -> torch.Tensor:
+        blocked = torch.ones(t, t, dtype=torch.bool, device=like.device).triu(1)
+        return torch.zeros(t, t, dtype=like.dtype, device=like.device).masked_fill(blocked, torch.finfo(like.dtype).min)
+
+    # ------------------------------------------------------------------------------------------ the passes
+    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``[b, t, V]`` logits of right-padded rows starting at position 0.
+
+        On the real tokens, what ``model(input_ids, mask)`` gives; padded positions hold values no caller reads.
+        """
+        b, t = input_ids.shape
+        positions = torch.arange(t, device=input_ids.device)[None]
+        hidden, _ = self._run(input_ids, positions, self._causal(t, self.embed), None)
+        return self.head(hidden)
+
+    def prefill(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, KV]:
+        """Right-padded prompts ``[U, P]`` from position 0: final hidden states ``[U, P, hidden]``, keys/values."""
+        t = input_ids.shape[1]
+        positions = torch.arange(t, device=input_ids.device)[None]
+        return self._run(input_ids, positions, self._causal(t, self.embed), None)
+
+    def extend(
+        self, input_ids: torch.Tensor, past: KV, past_valid: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """Logits ``[N, C, V]`` of continuation rows ``[N, C]`` after ``past`` (already one prefix per row).
+
+        ``past_valid [N, P]`` is True on the prefix slots a row may attend to (its prompt's real tokens);
+        ``positions [N, C]`` the continuation's RoPE positions.
+        """
+        n, c = input_ids.shape
+        low = torch.finfo(self.embed.dtype).min
+        prefix = torch.zeros(past_valid.shape, dtype=self.embed.dtype, device=input_ids.device)
+        prefix = prefix.masked_fill(~past_valid, low)[:, None, None, :].expand(n, 1, c, -1)
+        causal = self._causal(c, self.embed)[None, None].expand(n, 1, c, c)
+        hidden, _ = self._run(input_ids, positions, torch.cat([prefix, causal], dim=-1), past)
+        return self.head(hidden)
+
+
+def right_padded(attention_mask: torch.Tensor) -> bool:
+    """Whether every row of ``attention_mask [b, t]`` is ones then zeros (and starts with a one)."""
+    mask = attention_mask.bool()
+    return bool(mask[:, 0].all()) and not bool((mask[:, 1:] & ~mask[:, :-1]).any())
+
+
+def causal_lm_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, lean: bool = True) -> Any:
+    """``model(input_ids=..., attention_mask=...).logits``, through :class:`LlamaTrainer` where it applies.
+
+    The lean forward runs when ``lean`` is set, the model qualifies and the rows are right-padded; otherwise the
+    model's own forward (left-padded rows, other architectures, hooks, active dropout).
+    """
+    trainer = LlamaTrainer.build(model) if lean and right_padded(attention_mask) else None
+    if trainer is None:
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return trainer.logits(input_ids)

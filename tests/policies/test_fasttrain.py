@@ -1,0 +1,201 @@
+"""The lean training forward computes ``model.forward``'s logits and gradients, and steps aside where it cannot."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+from lrmgym.learners.shared_prefix import _worth_sharing, forward_logprobs, prompt_groups
+from lrmgym.policies.fasttrain import LlamaTrainer, causal_lm_logits, right_padded
+
+COMMON = {
+    "vocab_size": 40, "hidden_size": 64, "intermediate_size": 80, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "max_position_embeddings": 128,
+}  # fmt: skip
+
+MODELS = [
+    ("llama", {"tie_word_embeddings": True, "pad_token_id": 0}),  # the padding row of the embedding gets no gradient
+    ("llama", {"num_key_value_heads": 2, "rope_theta": 500.0}),  # grouped-query attention, untied head
+    ("llama", {"attention_bias": True}),
+    ("mistral", {"num_key_value_heads": 1, "sliding_window": None}),
+    ("qwen2", {"num_key_value_heads": 2}),  # q/k/v biases
+]
+IDS = [f"{k}-{i}" for i, (k, _) in enumerate(MODELS)]
+
+
+def _model(kind: str, **extra) -> torch.nn.Module:
+    config_cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig}.get(
+        kind, transformers.Qwen2Config
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_cls(**COMMON, **extra))
+    with torch.no_grad():  # random non-zero biases and norm weights, so that a dropped one would show
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+            elif "norm" in name:
+                p.uniform_(0.5, 1.5)
+    return model.train()
+
+
+def _right_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    return ids, mask
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        scale = b[name].abs().max().clamp(min=1e-6)
+        assert float((a[name] - b[name]).abs().max() / scale) < 1e-3, name  # float32 rounding: ~1e-4
+
+
+ROWS = [[3, 4, 0, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16]]  # a token 0 inside a row too
+
+
+@pytest.mark.parametrize(("kind", "extra"), MODELS, ids=IDS)
+def test_logits_and_every_gradient_match_model_forward(kind, extra):
+    model = _model(kind, **extra)
+    ids, mask = _right_padded(ROWS)
+    reference = model(input_ids=ids, attention_mask=mask).logits
+    weight = torch.randn_like(reference) * mask[..., None]  # a loss that reads every real position
+    (reference * weight).sum().backward()
+    expected = _grads(model)
+    model.zero_grad(set_to_none=True)
+
+    trainer = LlamaTrainer.build(model)
+    assert trainer is not None
+    logits = trainer.logits(ids)
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], reference[real], rtol=1e-5, atol=1e-5)
+    (logits * weight).sum().backward()
+    got = _grads(model)
+    assert len(got) == len(list(model.parameters()))  # every parameter got its gradient
+    _close(got, expected)
+
+
+@pytest.mark.parametrize(("kind", "extra"), MODELS[:2] + MODELS[4:], ids=IDS[:2] + IDS[4:])
+def test_shared_prefix_passes_match_the_plain_model_forward(kind, extra):
+    """prefill + extend (a group's prompt once, its continuations on a row-selection of its keys/values).
+
+    Entries outside a row's continuation are 0 in the shared layout, so the whole tensors are compared.
+    """
+    model = _model(kind, **extra)
+    prompts = [list(range(3, 15)), list(range(20, 29))]  # long enough next to the continuations to be shared
+    rows = [prompts[0] + [9, 10, 11], prompts[0] + [12], prompts[1] + [13, 14, 15, 16], prompts[0] + [17, 18]]
+    ids, mask = _right_padded(rows)
+    prompt_len = torch.tensor([12, 12, 9, 12])
+    assert _worth_sharing(prompt_groups(ids, prompt_len), prompt_len, mask.sum(-1), ids.shape[1])
+    results = {}
+    for lean in (False, True):
+        model.zero_grad(set_to_none=True)
+        logp, entropy = forward_logprobs(model, ids, mask, prompt_len, 0, entropy=True, lean=lean)
+        torch.manual_seed(1)
+        (logp * torch.randn_like(logp)).sum().backward()
+        results[lean] = logp.detach(), entropy, _grads(model)
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(results[True][1], results[False][1], rtol=1e-5, atol=1e-5)
+    _close(results[True][2], results[False][2])
+    # and the shared pass agrees with one plain model.forward over the whole rows
+    model.zero_grad(set_to_none=True)
+    plain, _ = forward_logprobs(model, ids, mask, None, 0, lean=False)
+    lengths = mask.sum(-1)
+    for i in range(len(rows)):
+        cols = slice(int(prompt_len[i]) - 1, int(lengths[i]) - 1)  # targets from the first policy token on
+        torch.testing.assert_close(results[True][0][i, cols], plain[i, cols].detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_lora_gradients_match_and_active_dropout_steps_aside():
+    peft = pytest.importorskip("peft")
+    base = _model("llama", tie_word_embeddings=True)
+    spec = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "down_proj"])
+    model = peft.get_peft_model(base, spec)
+    with torch.no_grad():  # LoRA's B starts at zero; make the adapters do something
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    model.train()
+    ids, mask = _right_padded(ROWS)
+    reference = model(input_ids=ids, attention_mask=mask).logits
+    weight = torch.randn_like(reference) * mask[..., None]
+    (reference * weight).sum().backward()
+    expected = _grads(model)
+    model.zero_grad(set_to_none=True)
+    assert expected and all("lora" in n for n in expected)  # only the adapters train
+    logits = causal_lm_logits(model, ids, mask)
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], reference[real], rtol=1e-5, atol=1e-5)
+    (logits * weight).sum().backward()
+    _close(_grads(model), expected)
+
+    dropping = peft.get_peft_model(
+        _model("llama"), peft.LoraConfig(r=4, lora_dropout=0.1, target_modules=["q_proj"])
+    ).train()
+    assert LlamaTrainer.build(dropping) is None  # training-mode dropout: model.forward applies it, we would not
+    assert LlamaTrainer.build(dropping.eval()) is not None  # in eval mode dropout is the identity
+
+
+def test_falls_back_where_it_does_not_apply():
+    model = _model("llama")
+    assert LlamaTrainer.build(model) is not None
+    hooked = copy.deepcopy(model)
+    hooked.model.layers[0].mlp.register_forward_hook(lambda m, i, o: o * 2)
+    assert LlamaTrainer.build(hooked) is None
+    dropout = _model("llama", attention_dropout=0.1)
+    assert LlamaTrainer.build(dropout) is None
+    assert LlamaTrainer.build(dropout.eval()) is not None
+    checkpointed = copy.deepcopy(model)
+    checkpointed.gradient_checkpointing_enable()
+    assert LlamaTrainer.build(checkpointed) is None
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=40)).eval()
+    assert LlamaTrainer.build(gpt2) is None
+    ids, mask = _right_padded(ROWS)
+    torch.testing.assert_close(causal_lm_logits(gpt2, ids, mask), gpt2(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_left_padded_rows_take_model_forward():
+    model = _model("llama").eval()
+    ids = torch.tensor([[0, 0, 5, 6], [3, 4, 5, 6]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    assert not right_padded(mask) and right_padded(torch.tensor([[1, 1, 0], [1, 0, 0]]))
+    assert not right_padded(torch.tensor([[0, 0, 0]]))
+    torch.testing.assert_close(causal_lm_logits(model, ids, mask), model(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_the_update_is_the_same_with_and_without_it():
+    """One PolicyUpdater step with lean_forward on and off: the same statistics and the same new parameters."""
+    from lrmgym.learners.rollout import TokenizedTrajectory
+    from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater
+
+    class Policy:
+        def __init__(self, model):
+            self.model = model
+            self.tokenizer = type("Tok", (), {"pad_token_id": 0, "eos_token_id": 1})()
+
+    prompt = [3, 4, 5, 6, 7]
+    seqs = [
+        TokenizedTrajectory(prompt + c, [False] * 5 + [True] * len(c), [0.0] * 5 + [-1.5] * len(c))
+        for c in ([8, 9, 10], [11, 12], [13, 14, 15, 16], [17])
+    ]
+    out = {}
+    for lean in (False, True):
+        model = _model("llama", tie_word_embeddings=True)
+        cfg = PolicyGradientConfig(lr=1e-3, lean_forward=lean, track_kl=True, kl_coef=0.1)
+        updater = PolicyUpdater(cfg, Policy(model), lambda: 0.0, 8)
+        stats = updater.update(seqs, [1.0, -0.5, 0.25, -0.75], True, "recompute", sampler_known=True)
+        out[lean] = stats, {n: p.detach().clone() for n, p in model.named_parameters()}
+    for key in ("loss", "entropy", "kl_ref", "grad_norm", "train_infer/kl"):
+        assert out[True][0][key] == pytest.approx(out[False][0][key], rel=1e-4, abs=1e-7), key
+    for name, p in out[True][1].items():
+        torch.testing.assert_close(p, out[False][1][name], rtol=0, atol=1e-5)  # 1 % of one Adam step (lr)
