@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from lrmgym.core import Task
+from lrmgym.learners.common import keep_freed_memory
 from lrmgym.learners.rollout import Rollout, rollout
 from lrmgym.policies.base import SamplingParams
 
@@ -57,6 +58,7 @@ def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None
 
         from lrmgym.registry import register
 
+        keep_freed_memory()
         if threads:
             torch.set_num_threads(threads)
         if registration is not None and registration[0] not in gymnasium.registry:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from lrmgym.learners.common import keep_freed_memory
 from lrmgym.learners.context import RunContext
 from lrmgym.learners.flops import achieved_rates
 from lrmgym.learners.resume import checkpoint_with_log, clean_temps
@@ -203,6 +204,7 @@ class Loop:
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Run (or continue) training; returns the summary."""
         status = "failed"
+        keep_freed_memory()  # page-fault-free reuse of activations on CPU (lrmgym.learners.common)
         try:
             self.algorithm.setup()
             summary = self._run(resume)
