@@ -39,6 +39,7 @@ SIZES = {
     # name: (hidden, layers, heads, mlp); head dim 32 like the tiny default model
     "tiny": (128, 4, 4, 336),  # the tiny default model's shape, about 0.79 M parameters
     "2.6m": (256, 3, 8, 768),  # about 2.6 M parameters
+    "100m": (768, 14, 12, 2048),  # about 100 M parameters: benchmarks/gpu_step.py's size for a GPU
 }
 
 
