@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lrmgym.policies.fastdecode import _linear_weights, _LlamaParts, _rms, _rotary_tables, _rotate, llama_like
+from lrmgym.policies.fastdecode import _linear_weights, _LlamaParts, _rotary_tables, _rotate, llama_like
 
 __all__ = ["LlamaTrainer", "causal_lm_logits"]
 
@@ -41,8 +41,38 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
 
 
+def _eps(norm: Any) -> float:
+    return float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6))
+
+
+class _Normalize(torch.autograd.Function):
+    """``x / rms(x)`` over the last dim, computed in float32, with a hand-written backward.
+
+    The RMSNorm's weight is folded into the weights of the products that read it (``W * w`` per input column:
+    a differentiable product of two small tensors), so only this part runs on activations. Why by hand: autograd
+    through ``pow, mean, rsqrt, mul, mul`` takes about seven passes over the activations in the backward; this one
+    takes three (``gx = r * gy - x * r^3 * mean(gy * x)``).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, eps: float) -> torch.Tensor:  # noqa: D102
+        xf = x.float()
+        rstd = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(xf, rstd)
+        return (xf * rstd).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
+        xf, rstd = ctx.saved_tensors
+        gf = grad.float()
+        dot = (gf * xf).mean(-1, keepdim=True)
+        return torch.addcmul(gf * rstd, xf, dot * rstd.pow(3), value=-1.0).to(grad.dtype), None
+
+
 class _TrainLayer:
-    """One decoder layer's (effective) weights, the attention scale folded into the query rows.
+    """One decoder layer's (effective) weights, the attention scale and the norms' weights folded in.
+
+    The scale goes into q's rows; each norm's weight into the columns of the products that read the norm.
 
     Unlike the decoder's :class:`~lrmgym.policies.fastdecode._Layer`, q/k/v and gate/up stay separate products:
     with a gradient, splitting one fused output costs its backward a concatenation (or a zero-filled buffer and a
@@ -54,14 +84,17 @@ class _TrainLayer:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
         scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))  # RoPE is linear: scaling q first is the same
-        (q_w, q_b), (self.k_w, self.k_b), (self.v_w, self.v_b), (self.o_w, self.o_b) = (
+        (q_w, q_b), (k_w, self.k_b), (v_w, self.v_b), (self.o_w, self.o_b) = (
             _linear_weights(m)  # type: ignore[misc]  # llama_like checked that each is a (LoRA-)linear layer
             for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
         )
-        self.q_w, self.q_b = q_w * scaling, (q_b * scaling if q_b is not None else None)
-        self.gate_w, self.up_w, self.down_w = (
-            _linear_weights(m)[0] for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        )  # type: ignore[index]
+        gate_w, up_w, self.down_w = (_linear_weights(m)[0] for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))  # type: ignore[index]
+        # The norms' weights are folded into the products that read them (see _Normalize).
+        n1, n2 = self.norm1.weight, self.norm2.weight
+        self.q_w, self.q_b = q_w * (n1 * scaling), (q_b * scaling if q_b is not None else None)
+        self.k_w, self.v_w = k_w * n1, v_w * n1
+        self.gate_w, self.up_w = gate_w * n2, up_w * n2
+        self.eps1, self.eps2 = _eps(self.norm1), _eps(self.norm2)
 
 
 def _active_dropout(model: Any) -> bool:
@@ -88,6 +121,7 @@ class LlamaTrainer(_LlamaParts):
         super().__init__(model)
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
         self.layers = [_TrainLayer(layer) for layer in model.model.layers]
+        self.final_eps = _eps(self.final_norm)
 
     @classmethod
     def build(cls, model: Any) -> LlamaTrainer | None:
@@ -112,7 +146,7 @@ class LlamaTrainer(_LlamaParts):
         cos, sin = _rotary_tables(self.rotary, x, positions)
         kept: KV = []
         for i, layer in enumerate(self.layers):
-            h = _rms(layer.norm1, x)
+            h = _Normalize.apply(x, layer.eps1)
             q = F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d).transpose(1, 2)  # [b, H, t, D]
             k = F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d).transpose(1, 2)
             v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
@@ -125,13 +159,13 @@ class LlamaTrainer(_LlamaParts):
             scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
             attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
             x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
-            h = _rms(layer.norm2, x)
+            h = _Normalize.apply(x, layer.eps2)
             x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
-        return _rms(self.final_norm, x), kept
+        return _Normalize.apply(x, self.final_eps), kept
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits of final hidden states ``[..., hidden] -> [..., V]``."""
-        return F.linear(hidden, self.lm_head_w, self.lm_head_b)
+        """Logits of :meth:`_run`'s final hidden states (normalized, before the final norm's weight)."""
+        return F.linear(hidden, self.lm_head_w * self.final_norm.weight, self.lm_head_b)
 
     def _causal(self, t: int, like: torch.Tensor) -> torch.Tensor:
         blocked = torch.ones(t, t, dtype=torch.bool, device=like.device).triu(1)
