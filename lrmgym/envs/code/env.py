@@ -67,6 +67,10 @@ class CodeConfig(BaseModel):
     sandbox: Literal["auto", "bwrap", "unshare", "process"] = "auto"
     """Isolation: 'auto' (bubblewrap if installed, else the unshare fallback; logs which), 'bwrap',
     'unshare', or 'process' (NO isolation: trusted code and tests only)."""
+    warm_sandbox: bool = True
+    """With bubblewrap: run each job in fresh namespaces forked from a long-lived server per worker (no
+    interpreter start per job; a job sees nothing of the previous ones: lrmgym/envs/code/sandbox.py says what
+    exactly). False: one new bubblewrap sandbox per job. Other backends are always one per job."""
     workers: int | None = Field(None, ge=1, le=256)
     """Sandboxes run at once by score_group; default: the number of CPU cores (at most 8)."""
     python: str | None = None
@@ -200,7 +204,9 @@ class CodeEnv(TextEnv):
         with self._pool_lock:
             if self._pool is None:
                 cfg = self.config
-                self._pool = SandboxPool(cfg.sandbox, workers=cfg.workers, limits=cfg.limits(), python=cfg.python)
+                self._pool = SandboxPool(
+                    cfg.sandbox, workers=cfg.workers, limits=cfg.limits(), python=cfg.python, warm=cfg.warm_sandbox
+                )
             return self._pool
 
     # ---- tasks

@@ -33,6 +33,12 @@ shaped by candidate data:
 6. ``H`` writes the only result record, after the tests ran, to its stdout, which ``C`` does not hold. The
    parent still believes no count in it (:func:`lrmgym.envs.code.sandbox._decode_report`).
 
+7. Warm server mode (``harness.pyc serve <tmpfs bytes>``, :func:`serve`): the sandbox's pid 1 is a server
+   ``S`` that never reads a job; per job it forks ``J``, which takes fresh mount, IPC, network and pid
+   namespaces and a fresh tmpfs work dir, and ``J`` forks ``H``, pid 1 of the new pid namespace, which drops
+   every capability, installs the keyring filter and then runs :func:`main` as above. ``H`` writes
+   ``LRMGYM-READY`` on the result channel before it reads frame 1.
+
 Wire format from the parent: two frames, each an 8-byte big-endian length then a ``marshal`` payload
 (trusted data; not JSON: importing ``json`` pulls in ``re`` and ``enum`` and costs more than the rest of
 the harness). Frame 1: ``{"code", "mode": "call"|"stdio", "entry": [names], "deadline_s", "out_cap",
@@ -789,12 +795,172 @@ def _pack_report(h, results, outputs):
     return b"".join(parts)
 
 
-def main():
-    """Run one job: read the frames, grade, write the one result record on the result channel."""
-    out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # nothing else in H prints on the result channel by accident
+# ------------------------------------------------------------------------------------------- warm server
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_READY = b"LRMGYM-READY\n"
+# Syscalls a warm job may not make (errno ENOSYS): the per-uid keyrings belong to the user namespace, which
+# every job of one server shares (a cold sandbox has a user namespace, so a keyring, of its own). Audit
+# arch, then the numbers of add_key, request_key and keyctl.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+
+
+class _Warm:
+    """A warm server's trusted machinery, set up once per server before any job exists (see :func:`serve`)."""
+
+    def __init__(self, tmpfs_bytes):
+        import _socket
+        import ctypes
+        import fcntl
+
+        self.ctypes, self.fcntl, self.socket = ctypes, fcntl, _socket
+        self.tmpfs = b"size=%d,mode=755" % int(tmpfs_bytes)
+        libc = ctypes.CDLL(None, use_errno=True)
+        ul = ctypes.c_ulong
+        self.unshare = libc.unshare
+        self.unshare.argtypes = [ctypes.c_int]
+        self.mount = libc.mount
+        self.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ul, ctypes.c_void_p]
+        self.prctl = libc.prctl
+        self.prctl.argtypes = [ctypes.c_int, ul, ul, ul, ul]
+        self.capset = libc.capset
+        self.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        arch, denied = _SECCOMP_ARCH[os.uname().machine]  # another machine: the server fails, the pool goes cold
+        deny, allow = 0x00050000 | 38, 0x7FFF0000  # SECCOMP_RET_ERRNO | ENOSYS, SECCOMP_RET_ALLOW
+        n = len(denied)
+        prog = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, deny), (0x20, 0, 0, 0)]  # ld arch; other ABI: deny
+        prog.append((0x35, n + 1, 0, 0x40000000))  # x32 syscall numbers (same audit arch): deny
+        prog += [(0x15, n - i, 0, nr) for i, nr in enumerate(denied)]
+        prog += [(0x06, 0, 0, allow), (0x06, 0, 0, deny)]
+        order = sys.byteorder
+        raw = b"".join(
+            c.to_bytes(2, order) + bytes((t, f)) + k.to_bytes(4, order) for c, t, f, k in prog
+        )  # struct sock_filter
+        self.filter = ctypes.create_string_buffer(raw, len(raw))
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        self.fprog = Fprog(len(prog), ctypes.addressof(self.filter))
+
+    def _check(self, rc, what):
+        if rc != 0:
+            err = self.ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    def _mount(self, src, target, fstype, flags, data=None):
+        self._check(self.mount(src, target, fstype, flags, data), f"mount {target!r}")
+
+    def job(self, out):
+        """Body of J, the job process: a fresh private world, then H as its pid 1. Returns H's exit status."""
+        self._check(self.unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWPID | _CLONE_NEWNET), "unshare")
+        self._mount(None, b"/", None, _MS_REC | _MS_PRIVATE)  # nothing mounted here reaches the server
+        self._mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, self.tmpfs)
+        self._mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1048576,mode=755")
+        for path in (b"/", b"/dev"):  # the server's own writable tmpfs (root, /dev): read-only for the job
+            self._mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        os.mkdir("/tmp/work", 0o755)
+        os.chdir("/tmp/work")
+        sock = self.socket.socket(2, 2)  # AF_INET, SOCK_DGRAM: bring the new namespace's loopback up, as bwrap does
+        try:
+            name = b"lo".ljust(16, b"\0")
+            got = self.fcntl.ioctl(sock.fileno(), 0x8913, name + bytes(24))  # SIOCGIFFLAGS
+            flags = int.from_bytes(got[16:18], sys.byteorder) | 1  # IFF_UP
+            self.fcntl.ioctl(sock.fileno(), 0x8914, name + flags.to_bytes(2, sys.byteorder) + bytes(22))
+        finally:
+            sock.close()
+        pid = os.fork()
+        if pid == 0:  # H: pid 1 of the job's own pid namespace
+            try:
+                self.harness(out)
+            except BaseException:  # noqa: BLE001 - the set-up or the harness failed: say why (J then ends S)
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        return 0 if status == 0 else 1
+
+    def harness(self, out):
+        """Body of H in a warm job: its own /proc, no capability, the keyring filter, then :func:`main`."""
+        self._check(self.prctl(1, _SIGKILL, 0, 0, 0), "parent-death signal")  # PR_SET_PDEATHSIG: dies with J
+        self._mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        for cap in range(64):
+            self.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last cap)
+        self._check(self.prctl(47, 4, 0, 0, 0), "clear ambient capabilities")  # PR_CAP_AMBIENT_CLEAR_ALL
+        self._check(self.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
+        header = (0x20080522).to_bytes(4, sys.byteorder) + bytes(4)  # _LINUX_CAPABILITY_VERSION_3, this thread
+        self._check(self.capset(header, bytes(24)), "capset")
+        with open("/proc/self/status") as f:
+            caps = [
+                line.split()[1] for line in f if line.startswith(("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+            ]
+        if len(caps) != 5 or any(int(c, 16) for c in caps):
+            raise OSError(f"capabilities remain after dropping them: {caps}")
+        fprog = self.ctypes.addressof(self.fprog)
+        self._check(self.prctl(22, 2, fprog, 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        _non_dumpable()
+        stream = os.fdopen(out, "wb")
+        stream.write(_READY)  # set up and waiting: the parent may send the job
+        stream.flush()
+        main(stream)
+
+
+def serve(tmpfs_bytes):
+    """Warm server S: the sandbox's pid 1, forking one fresh job process per job. Never returns.
+
+    S never reads a job and never runs anything a job sent: it forks J, waits for it to end, and forks the next
+    one. J (see :meth:`_Warm.job`) unshares a mount, IPC, network and pid namespace, mounts a fresh size-capped
+    tmpfs on ``/tmp`` and ``/dev/shm`` and makes the rest read-only, and forks H, pid 1 of the new pid
+    namespace, which mounts its own ``/proc``, drops every capability, installs the keyring filter, writes
+    ``LRMGYM-READY`` on the result channel and then runs :func:`main` exactly as a cold sandbox does. When H
+    exits, the kernel kills every process of its pid namespace before J sees it gone; only then is the next
+    J forked, so the next job's frames (sent after its READY) never meet a process of the previous job. If J
+    ends in any other way than H's clean exit, S exits: the whole server goes, and the pool starts a fresh one.
+    """
+    out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)
+    os.close(devnull)
     _non_dumpable()
+    os.chdir("/")
+    warm = _Warm(tmpfs_bytes)
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = warm.job(out)
+            except BaseException:  # noqa: BLE001 - trusted code failed: say why on the sandbox's stderr
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        while True:
+            try:
+                done, status = os.waitpid(-1, 0)  # S is the sandbox's pid 1: orphans (none expected) come here
+            except ChildProcessError:
+                os._exit(1)
+            if done == pid:
+                break
+        if status != 0:
+            os._exit(1)
+
+
+def main(out=None):
+    """Run one job: read the frames, grade, write the one result record on the result channel.
+
+    ``out``: the result channel, already set up by a warm server's job process (:func:`serve`); by default
+    this process's stdout.
+    """
+    if out is None:
+        out = os.fdopen(os.dup(1), "wb")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # nothing else in H prints on the result channel by accident
+        _non_dumpable()
     job = _read_frame(0)  # a pre-started sandbox waits here, everything above already done
     out.write(b"LRMGYM-HARNESS-START\n")  # the job arrived: from here on, no result means the job's fault
     out.flush()
@@ -906,4 +1072,9 @@ def _bind_and_run(h, names, tests, results):
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["serve"]:
+        size = int(sys.argv[2])
+        del sys.argv[1:]  # the candidate sees the argv of a cold harness
+        serve(size)
+    else:
+        main()

@@ -24,7 +24,8 @@ Layers, outermost first (see ``/work/shared/specs/security.md`` §4.1 for the me
   it writes more; this side reads at most a fixed budget from the harness.
 - **The result channel**: see :mod:`lrmgym.envs.code.harness`; only the harness process can write it.
 
-**One sandbox per job, started ahead** (``prestart``, the default for the namespaced backends): when a job
+**One sandbox per job, started ahead** (the cold path: ``warm=False``, or any backend but bwrap;
+``prestart``, the default for the namespaced backends): when a job
 is handed to its sandbox, the slot's next sandbox is started at once and boots (namespaces, interpreter,
 harness) on the other core while the job runs; its harness then blocks reading its job from stdin. The
 next job in that slot goes to it if it is still alive and was started with the same argv (limits that
@@ -34,6 +35,53 @@ share a process, a file system or an interpreter. A spare that died before it re
 marker) is replaced by a fresh sandbox and the job rerun there. With a core to spare this takes the
 start-up off the job's latency (``benchmarks/sandbox.py``); it does not make a start-up cost less CPU, and
 each slot keeps one idle sandbox (an interpreter, about 10 MB) until :meth:`SandboxPool.close`.
+
+**A warm server per slot** (``warm``, the default with bubblewrap; ``warm=False`` gives the cold path
+above, and the ``unshare`` and ``process`` backends are always cold): one long-lived bwrap sandbox per slot
+(same argv, uid, binds, cleared env as a cold one) whose pid 1 is the harness in server mode
+(:func:`lrmgym.envs.code.harness.serve`), which has already loaded the harness and never reads a job. For
+each job it forks a job process J that unshares a **fresh mount, IPC, network and pid namespace**, mounts a
+fresh size-capped tmpfs on ``/tmp`` (work dir ``/tmp/work``) and on ``/dev/shm``, makes the server's own
+writable tmpfs (``/`` and ``/dev``) read-only, brings up its own loopback, and forks H, **pid 1 of the new
+pid namespace**, which mounts its own ``/proc``, drops every capability (bounding, permitted, effective,
+inheritable, ambient; no_new_privs), installs a seccomp filter that fails ``keyctl``/``add_key``/
+``request_key`` (the per-uid keyrings belong to the user namespace, which a server's jobs share), makes
+itself non-dumpable, writes ``LRMGYM-READY`` and then runs the job exactly as a cold harness does (same
+frames, same rlimits set on itself, same C/Z processes, same record). The server keeps ``CAP_SYS_ADMIN``,
+``CAP_NET_ADMIN`` and ``CAP_SETPCAP`` in the sandbox's user namespace only to do this; no process that
+runs job code has any, and none can see the server: it is outside the job's pid namespace and ``/proc``.
+When H exits, the kernel kills every process of the job's pid namespace, and only then is the next J
+forked; this side sends a job only after that job's READY. After any job that did not end cleanly (status
+other than ``ok``/``error``, the hard deadline, a record not complete or followed by anything, data not all
+sent) the whole server is killed and the slot's spare server (``prestart``) or a fresh one takes over. A
+server found dead or not ready (killed from outside, say) gets the job rerun on a freshly started one;
+``infra`` only if that one fails too. (Killed from outside *during* a job, the job is ``killed``, as cold.)
+
+What a warm job can and cannot see of the previous jobs on its server:
+
+- **Files**: nothing. Its ``/tmp`` and ``/dev/shm`` are new tmpfs instances in its own mount namespace,
+  freed with it; everything else it can reach is read-only (host binds, the server's root and ``/dev``;
+  ``/dev/null`` and friends are the usual device nodes; ``/dev/pts`` hands out new ptys only).
+- **Processes**: none. Every process of a job is in that job's pid namespace and is dead before the next
+  job's data is sent; a job sees only its own pid namespace in its own ``/proc`` (H is its pid 1).
+- **Memory and interpreter state**: nothing. J and H are forked from the server, whose interpreter never
+  ran or decoded anything of a job (it forks, waits, forks again), so each job starts from the same clean
+  state: ``sys.modules``, ``builtins``, ``os.environ``, ``sys.path`` as the server left them after importing
+  the harness and ``ctypes``, ``fcntl`` and ``_socket`` (which a cold harness does not import); ``sys.argv``
+  is a cold harness's. Whatever a job patches lives in its own processes and dies with them. The tests
+  (frame 2) reach only that job's H, after its C was forked, exactly as cold; the server never holds any
+  job's data (the tests check its memory).
+- **Environment**: the same cleared environment for every job (bwrap ``--clearenv``).
+- **Kernel objects**: SysV IPC and POSIX message queues (IPC namespace), sockets, abstract Unix sockets
+  and loopback (network namespace) are per job; keyrings are refused (seccomp). What jobs do share: the
+  user namespace and uid (so ``RLIMIT_NPROC`` counts per uid there, as cold: a job's tasks are all gone
+  before the next starts; the server and J count too, two tasks more than cold), the UTS namespace
+  (unchangeable without capabilities), the read-only files, and timing (a busy or idle machine): no
+  channel to carry data that the cold path does not also have.
+
+Cost: a warm job pays two forks and a few namespaces and mounts (a few ms of CPU) instead of bwrap, an
+interpreter start and the harness's imports (``benchmarks/sandbox.py``); a server and its spare are each
+about three idle processes per slot.
 
 The pool runs each sandbox from one of ``workers`` threads with plain blocking ``Popen`` + ``select``: under
 CPU contention every hand-off between threads costs a scheduler time slice, and an asyncio loop with a
@@ -88,16 +136,22 @@ BACKENDS: tuple[str, ...] = ("auto", "bwrap", "unshare", "process")
 
 HARNESS_SOURCE = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
 _START = b"LRMGYM-HARNESS-START\n"
+_READY = b"LRMGYM-READY\n"  # a warm server's next job process is set up and waits for its job
 _RESULT = b"LRMGYM-RESULT\n"
 _PYTHON_FLAGS = ("-S", "-s", "-P", "-B")  # no site-packages, no user site, no script dir on sys.path, no .pyc
 _HIDE = ("/tmp", "/var/tmp", "/dev/shm", "/var", "/home", "/root", "/run", "/mnt", "/media", "/srv", "/opt", "/work")
 _HARNESS_INSIDE = "/lrmgym_harness.pyc"  # where bwrap mounts the compiled harness
 _GRACE_S = 0.5  # how long past the harness's own deadline the hard kill waits
 _STDERR_CAP = 1 << 16  # bytes of the sandbox's own stderr kept (bwrap errors, harness tracebacks)
+_READY_WAIT_S = 30.0  # how long a warm server may take to have its next job process ready (boot included)
+# Kept by a warm server's pid 1 and its job processes until H drops all of them (no candidate has any).
+_WARM_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP")
+_WARM_REUSE = frozenset({"ok", "error"})  # after any other status the warm server is killed and replaced
 
 ISOLATION = {
     "bwrap": "bubblewrap: user+pid+net+mount+ipc+uts namespaces, read-only minimal root, tmpfs work dir, "
-    "cleared env, no capabilities",
+    "cleared env, no capabilities in any process that runs job code (a warm server keeps three inside its user "
+    "namespace to give each job fresh namespaces)",
     "unshare": "unshare fallback: user+pid+net+mount+ipc+uts namespaces, cleared env, no capabilities; "
     "/tmp, /var, /home, /root, /run, /mnt, /media, /srv, /opt, /work and the caller's folder are covered by "
     "empty tmpfs, but the REST OF THE HOST FILESYSTEM (/etc, /usr, ...) IS VISIBLE with 'other' permissions. "
@@ -279,6 +333,7 @@ class _Box:
     argv: list[str]
     uid: int
     workdir: str | None
+    pending: bytes = b""  # a warm server's output read past the last record: the start of the next READY
 
 
 # --------------------------------------------------------------------------------------------------- backends
@@ -301,7 +356,18 @@ def _others_can_execute(path: Path) -> bool:
     return True
 
 
-def _bwrap_argv(limits: Limits, binds: Sequence[str], extra: Sequence[str], command: Sequence[str]) -> list[str]:
+def _bwrap_argv(
+    limits: Limits,
+    binds: Sequence[str],
+    extra: Sequence[str],
+    command: Sequence[str],
+    caps: Sequence[str] = (),
+) -> list[str]:
+    """The bubblewrap command line.
+
+    ``caps``: capabilities the sandbox's pid 1 keeps in the sandbox's user namespace (a warm server's, which
+    needs them to give each job fresh namespaces; see the module docstring).
+    """
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
@@ -312,6 +378,7 @@ def _bwrap_argv(limits: Limits, binds: Sequence[str], extra: Sequence[str], comm
         "--as-pid-1",  # see the module docstring: no reaper process holding the sandbox's stdio
         "--cap-drop",
         "ALL",
+        *(arg for cap in caps for arg in ("--cap-add", cap)),
         "--hostname",
         "sandbox",
         "--clearenv",
@@ -393,7 +460,12 @@ class SandboxPool:
             first free block of ``workers`` uids at or above it.
         prestart: Keep one started sandbox per slot waiting for its job (namespaced backends only): each
             job's hand-over starts the slot's next sandbox, which boots while the job runs. Each sandbox
-            still runs exactly one job and is then killed.
+            still runs exactly one job and is then killed. With ``warm``: one spare warm server per slot,
+            ready to replace the slot's server when it is killed.
+        warm: Run jobs on a long-lived warm server per slot (bubblewrap only; other backends ignore it), each
+            job in fresh namespaces forked from it (see the module docstring). ``False``: one new sandbox
+            per job (the cold path). If the warm server fails its start-up probe, the pool logs a warning
+            and runs cold.
 
     Raises:
         SandboxError: The backend is unknown or unavailable, or the probe execution failed.
@@ -408,6 +480,7 @@ class SandboxPool:
         max_pending: int | None = None,
         uid_base: int = 60000,
         prestart: bool = True,
+        warm: bool = True,
     ) -> None:
         if backend not in BACKENDS:
             raise SandboxError(f"Unknown sandbox backend {backend!r}; expected one of {', '.join(BACKENDS)}.")
@@ -430,10 +503,12 @@ class SandboxPool:
         for slot in range(self.workers):
             self._slots.put(slot)
         self._procs: set[int] = set()
-        self._spares: dict[int, _Box] = {}  # slot -> its pre-started sandbox
+        self._spares: dict[int, _Box] = {}  # slot -> its pre-started sandbox (warm: its spare server)
+        self._servers: dict[int, _Box] = {}  # slot -> its idle warm server (taken out while it runs a job)
         self._procs_lock = threading.Lock()
         self._closed = False
         self.prestart = False  # set once the probe chose a backend
+        self.warm = False  # likewise
         self._setpriv = shutil.which("setpriv") if _is_root() else None
         self.python = python or self._pick_python()
         self._harness_dir = tempfile.mkdtemp(prefix="lrmgym-harness-")
@@ -457,6 +532,13 @@ class SandboxPool:
             logger.warning("Code sandbox: %s", "; ".join(failures))
         # The process backend has no pid namespace: it kills leftovers by uid, which would take the spare too.
         self.prestart = prestart and self.backend != "process"
+        if warm and self.backend == "bwrap":
+            self.warm = True
+            problem = self._probe()
+            if problem is not None:
+                self.warm = False
+                self._discard_all()
+                logger.warning("Code sandbox: the warm server failed its probe, running cold: %s", problem)
         # Loud for 'auto' and for anything weaker than bwrap: with logging unconfigured, Python's last-resort
         # handler prints warnings to stderr, so the user always sees which isolation they got.
         level = logging.WARNING if self.requested == "auto" or self.backend != "bwrap" else logging.INFO
@@ -483,6 +565,7 @@ class SandboxPool:
             "isolation": ISOLATION[self.backend],
             "workers": self.workers,
             "prestart": self.prestart,
+            "warm": self.warm,
             "python": self.python,
             "uids": f"{self.uid_base}-{self.uid_base + self.workers - 1}" if _is_root() else str(os.getuid()),
             "limits": dataclasses.asdict(self.limits),
@@ -600,6 +683,9 @@ class SandboxPool:
             if not prefix.startswith("/usr"):
                 binds.append(prefix)
             extra = [] if self._harness_pyc is None else ["--ro-bind", self._harness_pyc, _HARNESS_INSIDE]
+            if self.warm:
+                command = [*self._harness_argv(_HARNESS_INSIDE), "serve", str(limits.tmpfs_mb << 20)]
+                return _bwrap_argv(limits, binds, extra, command, _WARM_CAPS)
             return _bwrap_argv(limits, binds, extra, self._harness_argv(_HARNESS_INSIDE))
         if self.backend == "unshare":
             # Root of a fresh user namespace (the host sees the slot uid): the harness covers host folders
@@ -645,6 +731,8 @@ class SandboxPool:
         except ValueError as exc:
             return ExecResult("infra", 0, job.n_tests, error=f"unencodable job: {exc}", backend=self.backend)
         argv = self._slot_argv(slot, limits)
+        if self.warm:
+            return self._execute_warm(job, data, limits, slot, argv, start)
         box = self._take_spare(slot, argv)
         while True:
             spare = box is not None
@@ -652,14 +740,15 @@ class SandboxPool:
                 try:
                     box = self._start(slot, argv)
                 except OSError as exc:
-                    return ExecResult(
-                        "infra", 0, job.n_tests, error=f"cannot start sandbox: {exc}", backend=self.backend
-                    )
+                    return self._cannot_start(job, exc)
             out, err, hard_timeout = self._hand_over(box, slot, data, limits)
             if spare and not out.startswith(_START):
                 box = None  # the spare died before it read the job (killed from outside): run it on a fresh one
                 continue
             return self._parse(job, out, err, hard_timeout, time.monotonic() - start)
+
+    def _cannot_start(self, job: Job, exc: OSError) -> ExecResult:
+        return ExecResult("infra", 0, job.n_tests, error=f"cannot start sandbox: {exc}", backend=self.backend)
 
     def _slot_argv(self, slot: int, limits: Limits) -> list[str]:
         argv = self._argv(limits)
@@ -733,6 +822,84 @@ class SandboxPool:
         self._discard(box)
         return None
 
+    def _execute_warm(
+        self, job: Job, data: bytes, limits: Limits, slot: int, argv: list[str], start: float
+    ) -> ExecResult:
+        """Run a job on the slot's warm server (a spare or a fresh one if it has none or it is not usable).
+
+        A server that had no job process ready (killed from outside, or died) gets the job rerun on a freshly
+        started one; only if that one fails too is the result ``infra``. After any job that did not end
+        cleanly (a status other than ``ok``/``error``, the hard deadline, anything unexpected on the result
+        channel) the whole server is killed.
+        """
+        with self._procs_lock:
+            box = self._servers.pop(slot, None)
+        if box is not None and (box.argv != argv or box.proc.poll() is not None):
+            self._discard(box)
+            box = None
+        fresh = False
+        while True:
+            if box is None:
+                box = None if fresh else self._take_spare(slot, argv)
+                if box is None:
+                    try:
+                        box = self._start(slot, argv)
+                    except OSError as exc:
+                        return self._cannot_start(job, exc)
+                    fresh = True
+            if self.prestart and slot not in self._spares:
+                self._start_spare(slot, argv)  # the replacement, booting on the other core
+            out, err, hard_timeout, clean = self._warm_exchange(box, data, limits)
+            if not out.startswith(_START) and not fresh:
+                self._discard(box)  # no job process was ready: rerun the job on a freshly started server
+                box, fresh = None, True
+                continue
+            result = self._parse(job, out, err, hard_timeout, time.monotonic() - start)
+            if clean and result.status in _WARM_REUSE and box.proc.poll() is None and not self._closed:
+                with self._procs_lock:
+                    if not self._closed:
+                        self._servers[slot], box = box, None
+            if box is not None:
+                self._discard(box)
+            return result
+
+    def _warm_exchange(self, box: _Box, data: bytes, limits: Limits) -> tuple[bytes, bytes, bool, bool]:
+        """One job on a warm server: wait for READY, send the frames, read until the complete record.
+
+        Returns ``(stdout after READY up to the record's end, stderr, hit the hard deadline, clean)``; ``clean``
+        is true when the record was complete and nothing but the next READY followed it (the server may be
+        reused; what was read of that READY is kept in ``box.pending``).
+        """
+        proc = box.proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        reader = _Streams(proc.stdout.fileno(), proc.stderr.fileno(), limits.output_bytes + (4 << 20))
+        reader.out += box.pending  # read with the previous record (the next job process was quick)
+        box.pending = b""
+        if not reader.read_until(time.monotonic() + _READY_WAIT_S, lambda out: len(out) >= len(_READY)):
+            return b"", reader.err, False, False
+        if bytes(reader.out[: len(_READY)]) != _READY:
+            return b"", reader.err, False, False
+        del reader.out[: len(_READY)]
+        deadline = time.monotonic() + limits.timeout_s + _GRACE_S
+        complete = reader.read_until(deadline, _report_complete, proc.stdin.fileno(), data)
+        out = bytes(reader.out)
+        hit_deadline = not complete and not reader.eof
+        if not complete:
+            return out, reader.err, hit_deadline, False
+        # Reusable: the whole job was sent (so its harness read it all: no byte of it waits for the next one),
+        # the record is complete and nothing follows it but (the start of) the next job process's READY.
+        out, box.pending = out[: _record_end(out)], out[_record_end(out) :]
+        clean = reader.unsent == 0 and _READY.startswith(box.pending)
+        return out, reader.err, False, clean
+
+    def _discard_all(self) -> None:
+        """Kill every idle server and spare (a warm probe that failed)."""
+        with self._procs_lock:
+            boxes = [*self._servers.values(), *self._spares.values()]
+            self._servers, self._spares = {}, {}
+        for box in boxes:
+            self._discard(box)
+
     def _start_spare(self, slot: int, argv: list[str]) -> None:
         try:
             box = self._start(slot, argv)
@@ -761,9 +928,12 @@ class SandboxPool:
             shutil.rmtree(box.workdir, ignore_errors=True)
 
     def spare_pids(self) -> list[int]:
-        """Host pids of the idle pre-started sandboxes (each a whole tree, waiting for its one job)."""
+        """Host pids of the idle sandboxes (each a whole tree).
+
+        Pre-started ones wait for their one job; idle warm servers (and their next job process) for the next.
+        """
         with self._procs_lock:
-            roots = {box.proc.pid for box in self._spares.values()}
+            roots = {box.proc.pid for box in [*self._spares.values(), *self._servers.values()]}
         return _descendants(roots)
 
     def _kill_tree(self, pid: int, uid: int | None) -> None:
@@ -822,6 +992,8 @@ class SandboxPool:
         with self._procs_lock:
             running = list(self._procs)
             spares, self._spares = list(self._spares.values()), {}
+            spares += list(self._servers.values())
+            self._servers = {}
         for pid in running:
             self._kill_tree(pid, None)
         for box in spares:
@@ -893,6 +1065,72 @@ def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, cap: int)
                     if fd == out_fd and _report_complete(bufs[fd]):
                         return bytes(bufs[out_fd]), bytes(bufs[err_fd]), False
     return bytes(bufs[out_fd]), bytes(bufs[err_fd]), hit_deadline
+
+
+class _Streams:
+    """A warm server's stdout (capped at ``cap``) and stderr (capped at ``_STDERR_CAP``), read across jobs."""
+
+    def __init__(self, out_fd: int, err_fd: int, cap: int) -> None:
+        self.out_fd, self.err_fd = out_fd, err_fd
+        self.out, self._err = bytearray(), bytearray()
+        self.cap = cap
+        self.eof = False
+        self.unsent = 0  # bytes of the last read_until's data not written
+
+    @property
+    def err(self) -> bytes:
+        return bytes(self._err)
+
+    def read_until(self, deadline: float, done: Any, stdin_fd: int | None = None, data: bytes = b"") -> bool:
+        """Read (and write ``data`` to ``stdin_fd``, which stays open) until ``done(out)``; False on EOF/deadline.
+
+        Afterwards ``unsent`` is the number of bytes of ``data`` not written (-1 if writing failed).
+        """
+        view = memoryview(data)
+        self.unsent = len(view)
+        if stdin_fd is not None:
+            os.set_blocking(stdin_fd, False)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.out_fd, selectors.EVENT_READ)
+            sel.register(self.err_fd, selectors.EVENT_READ)
+            if view and stdin_fd is not None:
+                sel.register(stdin_fd, selectors.EVENT_WRITE)
+            while not done(self.out):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                for key, _ in sel.select(left):
+                    if key.fd == stdin_fd:
+                        try:
+                            view = view[os.write(stdin_fd, view[: 1 << 16]) :]
+                            self.unsent = len(view)
+                        except BlockingIOError:
+                            continue
+                        except OSError:  # the server is gone: its stdout's EOF says so
+                            view, self.unsent = view[:0], -1
+                        if not view:
+                            sel.unregister(stdin_fd)
+                        continue
+                    chunk = os.read(key.fd, 1 << 16)
+                    if key.fd == self.err_fd:
+                        if chunk:
+                            self._err += chunk[: _STDERR_CAP - len(self._err)]
+                        else:
+                            sel.unregister(self.err_fd)
+                        continue
+                    if not chunk:
+                        self.eof = True
+                        return False
+                    self.out += chunk
+                    if len(self.out) > self.cap:
+                        return False
+        return True
+
+
+def _record_end(out: bytes) -> int:
+    """Where the complete result record in ``out`` ends (call only when :func:`_report_complete` holds)."""
+    body = out.find(_RESULT) + len(_RESULT)
+    return body + 8 + int.from_bytes(out[body : body + 8], "big")
 
 
 def _report_complete(out: bytearray) -> bool:

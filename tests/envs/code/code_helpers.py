@@ -189,3 +189,24 @@ def files_left(pool: SandboxPool, before: dict[str, int], mode: Mode | None = No
         for path, uid in scratch_snapshot().items()
         if uid in owners and path not in before and not any(path == d or path.startswith(d + os.sep) for d in spares)
     )
+
+
+# A candidate that forks until RLIMIT_NPROC stops it; "ok" when the limit bound below 64 processes.
+NPROC_PROBE = """
+import os, time
+def probe():
+    kids = []
+    try:
+        for _ in range(500):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            kids.append(pid)
+    except OSError:
+        pass
+    n = len(kids)
+    for pid in kids:
+        os.kill(pid, 9)
+    return 'ok' if n < 64 else 'forked %d' % n
+"""

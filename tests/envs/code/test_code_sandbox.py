@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from code_helpers import BATTERY_TIMEOUT_S, leftovers
+from code_helpers import BATTERY_TIMEOUT_S, NPROC_PROBE, leftovers
 
 from lrmgym.envs.code import sandbox
 from lrmgym.envs.code.sandbox import Job, Limits, SandboxError, SandboxPool
@@ -29,25 +29,6 @@ def probe():
     if os.getuid() == 0 and int(fields['CapBnd'], 16):  # uid 0 of a user namespace must not regain caps
         return 'root with a bounding set'
     return 'ok'
-"""
-
-NPROC_PROBE = """
-import os, time
-def probe():
-    kids = []
-    try:
-        for _ in range(500):
-            pid = os.fork()
-            if pid == 0:
-                time.sleep(30)
-                os._exit(0)
-            kids.append(pid)
-    except OSError:
-        pass
-    n = len(kids)
-    for pid in kids:
-        os.kill(pid, 9)
-    return 'ok' if n < 64 else 'forked %d' % n
 """
 
 
@@ -245,7 +226,8 @@ def _booted_spare(pool: SandboxPool, wait_s: float = 10.0) -> tuple[int, list[in
 
 @pytest.fixture
 def spare_pool(sandbox_available):
-    with SandboxPool("auto", workers=1, limits=Limits(timeout_s=5)) as pool:
+    """A cold pool (one sandbox per job) with pre-start; the warm server has its own tests."""
+    with SandboxPool("auto", workers=1, limits=Limits(timeout_s=5), warm=False) as pool:
         assert pool.prestart
         pool.run(one_test("def probe():\n    return 'ok'\n"))  # leaves the slot's first spare
         yield pool
@@ -318,6 +300,7 @@ def test_close_kills_the_idle_spares(sandbox_available):
 
 
 def test_prestart_off_starts_each_sandbox_on_demand(sandbox_available):
-    with SandboxPool("auto", workers=1, prestart=False) as pool:
+    with SandboxPool("auto", workers=1, prestart=False, warm=False) as pool:
         assert pool.run(one_test("def probe():\n    return 'ok'\n")).passed == 1
         assert not pool.prestart and pool.spare_pids() == [] and pool.describe()["prestart"] is False
+        assert pool.describe()["warm"] is False
