@@ -110,7 +110,9 @@ def test_trainer_logprobs_equal_the_samplers_on_every_turn(kind, chat, monkeypat
         trainer = logp[row][batch.loss_mask[row]]
         sampler = torch.tensor([lp for c in cs for lp in c.logprobs], dtype=trainer.dtype)
         assert len(trainer) == sum(len(c.token_ids) for c in cs)
-        torch.testing.assert_close(trainer, sampler, rtol=0, atol=1e-4)
+        # The trainer's lean forward (products + softmax) rounds differently from the sampler's SDPA prefill: up to
+        # 1.9e-4 nats measured on 196-token rows with logits up to 32. A misaligned token is off by order 1.
+        torch.testing.assert_close(trainer, sampler, rtol=0, atol=1e-3)
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat-template"])
