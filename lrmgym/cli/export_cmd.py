@@ -135,6 +135,25 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
 
 
 # ------------------------------------------------------------------------------------------------ openrlhf
+def _export(out: str, write: Any) -> Any:
+    """``write()``'s result, with its warnings echoed to stderr.
+
+    Config and export errors become user errors; a failed write to ``out`` is the machine's.
+    """
+    from lrmgym.configs.errors import ConfigError
+    from lrmgym.integrations.openrlhf_launch import ExportError
+
+    try:
+        result = write()
+    except (ConfigError, ExportError) as err:
+        raise _UserError(str(err)) from None
+    except OSError as err:
+        raise _MachineError(f"cannot write {out!r}: {err}; nothing was written.") from None
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return result
+
+
 def _split_out(overrides: tuple[str, ...], example: str) -> tuple[list[str], list[str]]:
     """``([DIR], other tokens)`` of the ``out=DIR`` token, which must appear exactly once."""
     outs = [t.split("=", 1)[1] for t in overrides if t.startswith("out=")]
@@ -162,9 +181,8 @@ def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
     express is refused, with its fix, before anything is written; DIR is written whole or not at all.
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     from lrmgym import __version__
-    from lrmgym.configs.errors import ConfigError
     from lrmgym.configs.resolve import resolve
-    from lrmgym.integrations.openrlhf_launch import ExportError, export_openrlhf
+    from lrmgym.integrations.openrlhf_launch import export_openrlhf
 
     outs, tokens = _split_out(overrides, "exports/math-grpo")
     backends = [t.split("=", 1)[1] for t in tokens if t.startswith("backend=")]
@@ -172,15 +190,7 @@ def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
         tokens.insert(0, "backend=openrlhf")
     elif backends[-1] != "openrlhf":
         raise _UserError(f"backend={backends[-1]}: `lrmgym export openrlhf` exports for backend=openrlhf; drop it.")
-    try:
-        cfg = resolve(tokens)
-        result = export_openrlhf(cfg, Path(outs[0]), force=force, version=__version__)
-    except (ConfigError, ExportError) as err:
-        raise _UserError(str(err)) from None
-    except OSError as err:
-        raise _MachineError(f"cannot write {outs[0]!r}: {err}; nothing was written.") from None
-    for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    result = _export(outs[0], lambda: export_openrlhf(resolve(tokens), Path(outs[0]), force=force, version=__version__))
     written = ", ".join(sorted(result.files))
     click.echo(f"exported to {result.out_dir}: {written}; launch it with: bash {result.out_dir / 'launch.sh'}")
 
@@ -217,9 +227,7 @@ def verl(overrides: tuple[str, ...], force: bool, train_tasks: int, test_tasks: 
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     from lrmgym import __version__
     from lrmgym.adapters.verl import export_verl
-    from lrmgym.configs.errors import ConfigError
     from lrmgym.configs.resolve import resolve
-    from lrmgym.integrations.openrlhf_launch import ExportError
 
     outs, tokens = _split_out(overrides, "exports/math-verl")
     for token in tokens:
@@ -229,16 +237,9 @@ def verl(overrides: tuple[str, ...], force: bool, train_tasks: int, test_tasks: 
                 f"{key}: not used by `lrmgym export verl`, which reads only env, judge, run.seed and eval.* "
                 "settings; verl's trainer is configured with its own overrides (python -m verl.trainer.main_ppo ...)."
             )
-    try:
-        cfg = resolve(tokens)
-        result = export_verl(cfg, Path(outs[0]), n_train=train_tasks, n_test=test_tasks, force=force,
-                             version=__version__)  # fmt: skip
-    except (ConfigError, ExportError) as err:
-        raise _UserError(str(err)) from None
-    except OSError as err:
-        raise _MachineError(f"cannot write {outs[0]!r}: {err}; nothing was written.") from None
-    for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    result = _export(outs[0], lambda: export_verl(
+        resolve(tokens), Path(outs[0]), n_train=train_tasks, n_test=test_tasks, force=force, version=__version__,
+    ))  # fmt: skip
     rows = ", ".join(f"{name} ({n} rows)" for name, n in result.rows.items())
     click.echo(f"exported to {result.out_dir}: {rows}, reward.py, export.json; train with:")
     click.echo("python -m verl.trainer.main_ppo " + " ".join(shlex.quote(a) for a in result.overrides) + " ...")

@@ -103,17 +103,20 @@ class _TrainLayer:
         self.eps1, self.eps2 = _eps(self.norm1), _eps(self.norm2)
 
 
-def _active_dropout(model: Any) -> bool:
-    """Whether a forward of ``model`` in its current mode would apply a dropout this module does not."""
-    if not model.training:
-        return False
-    if float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
-        return True
-    for module in model.modules():
-        for drop in getattr(module, "lora_dropout", {}).values() if hasattr(module, "lora_dropout") else ():
-            if isinstance(drop, torch.nn.Dropout) and drop.p > 0:
+def _steps_aside(model: Any) -> bool:
+    """Whether ``model.forward`` must run instead of this module.
+
+    So when a dropout this module does not apply would be active (training mode, attention or LoRA dropout), or
+    transformers' activation checkpointing (compute traded for memory) is on.
+    """
+    attention_dropout = model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0
+    for module in model.modules():  # one pass (this runs before every training forward)
+        if getattr(module, "gradient_checkpointing", False):
+            return True
+        if model.training and isinstance(lora := getattr(module, "lora_dropout", None), torch.nn.ModuleDict):
+            if any(isinstance(d, torch.nn.Dropout) and d.p > 0 for d in lora.values()):
                 return True
-    return False
+    return attention_dropout
 
 
 class LlamaTrainer(_LlamaParts):
@@ -133,11 +136,7 @@ class LlamaTrainer(_LlamaParts):
     def build(cls, model: Any) -> LlamaTrainer | None:
         """The lean forward of ``model`` as its parameters are now, or ``None`` where ``model.forward`` must run."""
         base = llama_like(model)
-        if base is None or _active_dropout(base):
-            return None
-        if any(getattr(m, "gradient_checkpointing", False) for m in base.modules()):
-            return None  # transformers' activation checkpointing trades compute for memory: keep it
-        return cls(base)
+        return None if base is None or _steps_aside(base) else cls(base)
 
     # ------------------------------------------------------------------------------------------ the layers
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, past: KV | None) -> tuple:

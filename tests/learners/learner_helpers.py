@@ -94,6 +94,17 @@ class TinyTestPolicyConfig(BaseModel):
         return tiny_hf_policy(self.seed)
 
 
+def small_grpo(**overrides: Any) -> Any:
+    """A GRPOConfig of 2 steps of 4 tasks x 4 samples x 8 new tokens, no evaluation, KL or clipping; ``overrides``."""
+    from lrmgym.learners.grpo import GRPOConfig
+
+    base: dict[str, Any] = dict(
+        steps=2, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False, progress=False,
+        lr=1e-3, max_grad_norm=None, track_kl=False,
+    )  # fmt: skip
+    return GRPOConfig(**{**base, **overrides})
+
+
 def run_config(learner: Any, env_id: str = TEST_ENV_ID, seed: int = 0, eval_tasks: int = 8, **env_options: Any):
     """A RunConfig made in code (no CLI), with the test policy."""
     from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection

@@ -113,14 +113,9 @@ def test_matches_torch_flop_counter_forward_and_backward(attn: str) -> None:
 
 # ------------------------------------------------------------------------------------- the learners' metrics
 def _grpo(**kw: Any) -> Any:
-    from lrmgym.learners.grpo import GRPOConfig
+    from learner_helpers import small_grpo
 
-    base = dict(
-        steps=2, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False, progress=False,
-        lr=1e-3, max_grad_norm=None, track_kl=False,
-    )  # fmt: skip
-    base.update(kw)
-    return GRPOConfig(**base)
+    return small_grpo(**kw)
 
 
 def _batch(algo: Any) -> tuple[list[Any], list[float]]:

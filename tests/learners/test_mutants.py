@@ -15,7 +15,7 @@ import math
 
 import pytest
 import torch
-from learner_helpers import make_loop, register_test_env, run_config
+from learner_helpers import make_loop, register_test_env, run_config, small_grpo
 
 import lrmgym.learners.update as update_mod
 from lrmgym.learners.advantages import group_advantages, scores_to_tensors
@@ -26,14 +26,7 @@ register_test_env()
 
 
 def _learner(**kw):
-    from lrmgym.learners.grpo import GRPOConfig
-
-    base = dict(
-        steps=2, prompts_per_step=4, group_size=4, max_new_tokens=12, eval_before_after=False, progress=False,
-        lr=1e-3, max_grad_norm=None, track_kl=False,
-    )  # fmt: skip
-    base.update(kw)
-    return GRPOConfig(**base)
+    return small_grpo(**{"max_new_tokens": 12, **kw})  # longer completions than the shared default
 
 
 def _algo(tmp_path, env_options=None, **kw):

@@ -6,23 +6,17 @@ import json
 
 import pytest
 import torch
-from learner_helpers import make_loop, register_test_env, run_config
+from learner_helpers import make_loop, register_test_env, run_config, small_grpo
 
 from lrmgym.compose import train
 from lrmgym.learners.advantages import group_advantages, scores_to_tensors
-from lrmgym.learners.grpo import GRPOConfig
 from lrmgym.learners.rollout import collate, rollout, tokenize_trajectory
 
 register_test_env()
 
 
 def _learner(**kw):
-    base = dict(
-        steps=2, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False, progress=False,
-        lr=1e-3, max_grad_norm=None, track_kl=False,
-    )  # fmt: skip
-    base.update(kw)
-    return GRPOConfig(**base)
+    return small_grpo(**kw)
 
 
 def _algo(tmp_path, **kw):
