@@ -1,6 +1,6 @@
 """The default GRPO step against this machine's fp32 matmul peak: how far from its FLOP floor is it?
 
-Run: ``python benchmarks/roofline.py [--steps 40] [--skip 5] [--repeats 7] [--out benchmarks/results/roofline.md]``.
+Run: ``python benchmarks/roofline.py [--steps 40] [--skip 5] [--repeats 7] [--compile] [--out FILE]``.
 
 In one run, on one machine:
 
@@ -15,7 +15,10 @@ In one run, on one machine:
 3. The update alone: the batches of a short synchronous run of the same configuration, replayed through a fresh
    updater (:func:`replayed_update`) with the other core idle, so the in-run figure's share lost to the rollout
    worker beside it shows.
-4. The report: the update's achieved GFLOP/s and its share of the single-thread peak (the default update runs
+4. With ``--compile``, the run and the replay set ``learner.compile=true`` (the lean forward through
+   ``torch.compile``), and the report gives the first step's time, which pays the compilation; the default
+   output is then ``results/roofline_compile.md``.
+5. The report: the update's achieved GFLOP/s and its share of the single-thread peak (the default update runs
    on one thread, the rollout worker on the other core), and the whole step's time against its FLOP floor on two
    cores (step FLOPs / 2-thread peak). The issue's targets: update >= 75 % of the single-thread peak, whole step
    <= 2x its floor. ``uptime`` is printed before and after, since the machine may be shared.
@@ -84,12 +87,12 @@ def run_shapes(shape: LlamaShape, update_rows: int, decode_rows: int) -> dict[st
     return {f"{w[0]} {', '.join(w[1:])} [{m}x{k}]@[{k}x{n}]": (m, k, n) for (m, k, n), w in names.items()}
 
 
-def default_run(steps: int, runs: Path) -> tuple[list[dict], float]:
+def default_run(steps: int, runs: Path, extra: list[str]) -> tuple[list[dict], float]:
     """The README's ``learner=grpo`` for ``steps`` steps (no time budget, no evaluation); its metrics and wall time."""
     argv = [
         sys.executable, "-m", "lrmgym.cli.main", "run", "env=math", "learner=grpo", "learner.time_budget_s=null",
         f"learner.steps={steps}", "learner.eval_before_after=false", "learner.progress=false",
-        f"run.output_dir={runs}", "run.name=roofline",
+        f"run.output_dir={runs}", "run.name=roofline", *extra,
     ]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -100,7 +103,7 @@ def default_run(steps: int, runs: Path) -> tuple[list[dict], float]:
     return [json.loads(x) for x in lines], wall
 
 
-def replayed_update(steps: int, skip: int, repeats: int) -> dict[str, float]:
+def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> dict[str, float]:
     """The default run's update alone: its own batches, captured from a short synchronous run, replayed.
 
     The in-run figure has the rollout worker busy on the other core (cache and memory traffic beside the update);
@@ -122,7 +125,7 @@ def replayed_update(steps: int, skip: int, repeats: int) -> dict[str, float]:
 
     tokens = [
         "env=math", "learner=grpo", "learner.async_rollouts=false", "learner.time_budget_s=null",
-        f"learner.steps={steps}", "learner.eval_before_after=false", "learner.progress=false",
+        f"learner.steps={steps}", "learner.eval_before_after=false", "learner.progress=false", *extra,
     ]  # fmt: skip
     update_mod.PolicyUpdater.update = spy
     try:
@@ -170,10 +173,11 @@ def report(args: argparse.Namespace) -> str:
     peak = {t: max(r.values()) for t, r in rates.items()}
     torch.set_num_threads(1)
 
+    extra = ["learner.compile=true"] if args.compile else []
     with tempfile.TemporaryDirectory() as tmp:
-        lines, wall = default_run(args.steps, Path(tmp))
+        lines, wall = default_run(args.steps, Path(tmp), extra)
     after_run = uptime()
-    alone = replayed_update(args.replay_steps, args.skip, args.repeats)
+    alone = replayed_update(args.replay_steps, args.skip, args.repeats, extra)
     alone_rate = alone["flops"] / alone["seconds"] / 1e9
     after_replay = uptime()
     kept = lines[args.skip :]  # the first steps warm up (allocator, the worker's start)
@@ -192,11 +196,13 @@ def report(args: argparse.Namespace) -> str:
         "wait": float(np.mean([m.get("time/wait_s", 0.0) for m in kept])),
     }  # fmt: skip
 
+    title = "`lrmgym run env=math learner=grpo" + (" learner.compile=true`" if args.compile else "`")
     out = [
-        "# Roofline of the default GRPO step (`lrmgym run env=math learner=grpo`)",
+        f"# Roofline of the default GRPO step ({title})",
         "",
-        f"Reproduce: `python benchmarks/roofline.py --steps {args.steps} --skip {args.skip} --repeats {args.repeats}`."
-        f" Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
+        f"Reproduce: `python benchmarks/roofline.py --steps {args.steps} --skip {args.skip} --repeats {args.repeats}"
+        + (" --compile`." if args.compile else "`.")
+        + f" Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
         f"{os.cpu_count()} CPUs.",
         "",
         f"- `uptime` before: `{before}`",
@@ -217,7 +223,8 @@ def report(args: argparse.Namespace) -> str:
         f"## The run: {len(lines)} steps, the first {args.skip} left out ({n} kept), wall {wall:.0f} s",
         "",
         f"Per step (mean): update {per_step['update']:.3f} s, step {per_step['step']:.3f} s, generation "
-        f"{per_step['generate']:.3f} s (async worker), waiting for the worker {per_step['wait']:.3f} s.",
+        f"{per_step['generate']:.3f} s (async worker), waiting for the worker {per_step['wait']:.3f} s."
+        + (f" The first step, which compiles, took {lines[0]['time/step_s']:.0f} s." if args.compile else ""),
         f"FLOPs per step: update {update_flops / n / 1e9:.2f} GFLOP (forward "
         f"{total['compute/flops_forward'] / n / 1e9:.2f}, backward {total['compute/flops_backward'] / n / 1e9:.2f}),"
         f" generation {generate / n / 1e9:.2f} GFLOP.",
@@ -243,8 +250,11 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=5, help="first steps left out of the figures (warm-up)")
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats per matmul shape (best kept)")
     parser.add_argument("--replay-steps", type=int, default=12, help="steps of the synchronous run replayed")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "roofline.md")
+    parser.add_argument("--compile", action="store_true", help="the run and the replay with learner.compile=true")
+    parser.add_argument("--out", type=Path, default=None, help="default: results/roofline.md (roofline_compile.md)")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = Path(__file__).parent / "results" / ("roofline_compile.md" if args.compile else "roofline.md")
     if args.skip >= args.steps:
         parser.error(f"--skip ({args.skip}) must be below --steps ({args.steps}).")
     text = report(args)

@@ -53,6 +53,7 @@ MAY_CHANGE = (
     "learner.progress",
     "learner.log_samples",
     "learner.torch_threads",
+    "learner.compile",
     "learner.eval_every",
     "learner.stages",
     "run.name",

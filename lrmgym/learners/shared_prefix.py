@@ -65,6 +65,7 @@ def forward_logprobs(
     entropy: bool = False,
     temperature: float = 1.0,
     lean: bool = True,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Next-token log-probs of right-padded rows, sharing the forward pass of equal prompts.
 
@@ -81,6 +82,7 @@ def forward_logprobs(
             temperature drew from (so the importance ratio compares like with like); 1 is the model's own.
         lean: Run the passes through :class:`~lrmgym.policies.fasttrain.LlamaTrainer` where the model qualifies
             (the same function and gradients, less overhead); otherwise, or when False, through ``model.forward``.
+        compiled: Run that lean forward's layers through ``torch.compile`` (``learner.compile``).
 
     Returns:
         ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
@@ -90,7 +92,7 @@ def forward_logprobs(
     """
     n, width = input_ids.shape
     lengths = attention_mask.sum(-1)
-    trainer = LlamaTrainer.build(model) if lean and right_padded(attention_mask) else None
+    trainer = LlamaTrainer.build(model, compiled) if lean and right_padded(attention_mask) else None
     owner = None if prompt_len is None or int(prompt_len.min()) < 1 else prompt_groups(input_ids, prompt_len)
     if owner is None or not _worth_sharing(owner, prompt_len, lengths, width):
         if trainer is not None:

@@ -16,8 +16,12 @@ the LM head applied only where a caller needs logits. q/k/v and gate/up stay sep
 decoder): with a gradient, one fused product's split output costs its backward more than the fusion saves.
 Measured on the default run's own update batches (A/B in one process, idle machine, thread CPU time, best of 8):
 374 ms per update against 404 ms through ``model.forward`` (7 % less). The rest is elementwise work that only a
-compiler fuses; ``torch.compile`` made a forward and backward 1.3x faster but took 82 s to compile (under load),
-a sixth of the default run's budget, and needs a C++ compiler at run time, so it is not used. Two kinds of call:
+compiler fuses. ``compile=True`` (``learner.compile``) runs the layers through ``torch.compile`` (Inductor, dynamic
+shapes, so that the update's changing micro-batch shapes share one graph per kind of pass): on the default run's
+update batches 1.26x faster (555 against 698 ms per update, A/B in one process, 2-core AMD EPYC), but compiling
+took 80-220 s on that machine (the first time; Inductor's on-disk cache shortens later runs) and needs a C++
+compiler on a CPU, so it is off by default: it pays in runs of an hour, not in the default 530-s run. Eager mode
+and the compiled graph round differently (fused kernels), within float tolerance. Two kinds of call:
 
 - :meth:`LlamaTrainer.logits`: right-padded rows from position 0 (the plain training pass). Right padding means
   that a real token never attends to padding (padding comes after it), so the causal mask is the whole mask.
@@ -34,6 +38,8 @@ applies neither. :meth:`LlamaTrainer.build` returns ``None`` then, and callers t
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import torch
@@ -41,10 +47,25 @@ import torch.nn.functional as F
 
 from lrmgym.policies.fastdecode import _linear_weights, _LlamaParts, _rotary_tables, _rotate, llama_like
 
-__all__ = ["LlamaTrainer", "causal_lm_logits"]
+__all__ = ["LlamaTrainer", "causal_lm_logits", "compile_unavailable"]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
+
+_COMPILED: dict[str, Any] = {}
+"""The compiled :meth:`LlamaTrainer._run`, made on first use (one per process; a graph per kind of pass)."""
+
+
+def compile_unavailable() -> str | None:
+    """Why ``torch.compile`` cannot build the CPU training forward here, or ``None`` when it can.
+
+    Inductor writes C++ for a CPU and builds it with the compiler ``$CXX`` names, ``g++`` when unset (its
+    ``cpp.cxx`` setting); a CUDA device needs Triton instead, which comes with torch's CUDA builds.
+    """
+    if torch.cuda.is_available():
+        return None
+    cxx = os.environ.get("CXX") or "g++"
+    return None if shutil.which(cxx) else f"the compiler {cxx!r} ($CXX, g++ when unset) is not on PATH"
 
 
 def _eps(norm: Any) -> float:
@@ -126,17 +147,27 @@ class LlamaTrainer(_LlamaParts):
     ``K`` key/value heads, ``D`` head size, ``V`` vocabulary.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, compiled: bool = False) -> None:
         super().__init__(model)
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
         self.layers = [_TrainLayer(layer) for layer in model.model.layers]
         self.final_eps = _eps(self.final_norm)
+        self._layers = self._run
+        if compiled:
+            if "run" not in _COMPILED:
+                _COMPILED["run"] = torch.compile(LlamaTrainer._run, dynamic=True)
+            run = _COMPILED["run"]
+            self._layers = lambda *args: run(self, *args)
 
     @classmethod
-    def build(cls, model: Any) -> LlamaTrainer | None:
-        """The lean forward of ``model`` as its parameters are now, or ``None`` where ``model.forward`` must run."""
+    def build(cls, model: Any, compiled: bool = False) -> LlamaTrainer | None:
+        """The lean forward of ``model`` as its parameters are now, or ``None`` where ``model.forward`` must run.
+
+        ``compiled``: run the layers through ``torch.compile`` (see the module's docstring; check
+        :func:`compile_unavailable` first).
+        """
         base = llama_like(model)
-        return None if base is None or _steps_aside(base) else cls(base)
+        return None if base is None or _steps_aside(base) else cls(base, compiled)
 
     # ------------------------------------------------------------------------------------------ the layers
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, past: KV | None) -> tuple:
@@ -184,14 +215,14 @@ class LlamaTrainer(_LlamaParts):
         """
         b, t = input_ids.shape
         positions = torch.arange(t, device=input_ids.device)[None]
-        hidden, _ = self._run(input_ids, positions, self._causal(t, self.embed), None)
+        hidden, _ = self._layers(input_ids, positions, self._causal(t, self.embed), None)
         return self.head(hidden)
 
     def prefill(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, KV]:
         """Right-padded prompts ``[U, P]`` from position 0: final hidden states ``[U, P, hidden]``, keys/values."""
         t = input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device)[None]
-        return self._run(input_ids, positions, self._causal(t, self.embed), None)
+        return self._layers(input_ids, positions, self._causal(t, self.embed), None)
 
     def extend(
         self, input_ids: torch.Tensor, past: KV, past_valid: torch.Tensor, positions: torch.Tensor
@@ -206,7 +237,7 @@ class LlamaTrainer(_LlamaParts):
         prefix = torch.zeros(past_valid.shape, dtype=self.embed.dtype, device=input_ids.device)
         prefix = prefix.masked_fill(~past_valid, low)[:, None, None, :].expand(n, 1, c, -1)
         causal = self._causal(c, self.embed)[None, None].expand(n, 1, c, c)
-        hidden, _ = self._run(input_ids, positions, torch.cat([prefix, causal], dim=-1), past)
+        hidden, _ = self._layers(input_ids, positions, torch.cat([prefix, causal], dim=-1), past)
         return self.head(hidden)
 
 

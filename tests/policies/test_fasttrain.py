@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from lrmgym.learners.shared_prefix import _worth_sharing, forward_logprobs, prompt_groups
-from lrmgym.policies.fasttrain import LlamaTrainer, causal_lm_logits, right_padded
+from lrmgym.policies.fasttrain import LlamaTrainer, causal_lm_logits, compile_unavailable, right_padded
 
 COMMON = {
     "vocab_size": 40, "hidden_size": 64, "intermediate_size": 80, "num_hidden_layers": 2,
@@ -173,8 +173,8 @@ def test_left_padded_rows_take_model_forward():
     torch.testing.assert_close(causal_lm_logits(model, ids, mask), model(input_ids=ids, attention_mask=mask).logits)
 
 
-def test_the_update_is_the_same_with_and_without_it():
-    """One PolicyUpdater step with lean_forward on and off: the same statistics and the same new parameters."""
+def _one_update(**options) -> tuple[dict, dict[str, torch.Tensor]]:
+    """One PolicyUpdater step on a small llama with the given update options: its statistics and new parameters."""
     from lrmgym.learners.rollout import TokenizedTrajectory
     from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater
 
@@ -188,14 +188,42 @@ def test_the_update_is_the_same_with_and_without_it():
         TokenizedTrajectory(prompt + c, [False] * 5 + [True] * len(c), [0.0] * 5 + [-1.5] * len(c))
         for c in ([8, 9, 10], [11, 12], [13, 14, 15, 16], [17])
     ]
-    out = {}
-    for lean in (False, True):
-        model = _model("llama", tie_word_embeddings=True)
-        cfg = PolicyGradientConfig(lr=1e-3, lean_forward=lean, track_kl=True, kl_coef=0.1)
-        updater = PolicyUpdater(cfg, Policy(model), lambda: 0.0, 8)
-        stats = updater.update(seqs, [1.0, -0.5, 0.25, -0.75], True, "recompute", sampler_known=True)
-        out[lean] = stats, {n: p.detach().clone() for n, p in model.named_parameters()}
+    model = _model("llama", tie_word_embeddings=True)
+    cfg = PolicyGradientConfig(lr=1e-3, track_kl=True, kl_coef=0.1, **options)
+    updater = PolicyUpdater(cfg, Policy(model), lambda: 0.0, 8)
+    stats = updater.update(seqs, [1.0, -0.5, 0.25, -0.75], True, "recompute", sampler_known=True)
+    return stats, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _same_update(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
     for key in ("loss", "entropy", "kl_ref", "grad_norm", "train_infer/kl"):
-        assert out[True][0][key] == pytest.approx(out[False][0][key], rel=1e-4, abs=1e-7), key
-    for name, p in out[True][1].items():
-        torch.testing.assert_close(p, out[False][1][name], rtol=0, atol=1e-5)  # 1 % of one Adam step (lr)
+        assert a[0][key] == pytest.approx(b[0][key], rel=1e-4, abs=1e-7), key
+    for name, p in a[1].items():
+        torch.testing.assert_close(p, b[1][name], rtol=0, atol=1e-5)  # 1 % of one Adam step (lr)
+
+
+def test_the_update_is_the_same_with_and_without_it():
+    """One PolicyUpdater step with lean_forward on and off: the same statistics and the same new parameters."""
+    _same_update(_one_update(lean_forward=True), _one_update(lean_forward=False))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compile_unavailable() is not None, reason="torch.compile has no C++ compiler here")
+def test_the_compiled_update_is_the_same():
+    """learner.compile: the update through torch.compile's graph gives the eager lean forward's step (minutes)."""
+    _same_update(_one_update(compile=True), _one_update(compile=False))
+
+
+def test_compile_needs_the_lean_forward_and_a_compiler(monkeypatch):
+    from pydantic import ValidationError
+
+    from lrmgym.learners.update import PolicyGradientConfig
+
+    with pytest.raises(ValidationError, match="lean_forward=false turns off; set lean_forward=true or compile=false"):
+        PolicyGradientConfig(compile=True, lean_forward=False)
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert compile_unavailable() == "the compiler '/nonexistent/c++' ($CXX, g++ when unset) is not on PATH"
+    with pytest.raises(ValidationError, match="apt-get install g[+][+]. or set compile=false"):
+        PolicyGradientConfig(compile=True)
+    assert not PolicyGradientConfig(compile=False).compile  # off: nothing is checked
