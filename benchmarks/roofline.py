@@ -255,8 +255,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.out is None:
         args.out = Path(__file__).parent / "results" / ("roofline_compile.md" if args.compile else "roofline.md")
-    if args.skip >= args.steps:
-        parser.error(f"--skip ({args.skip}) must be below --steps ({args.steps}).")
+    if args.skip >= min(args.steps, args.replay_steps):
+        parser.error(
+            f"--skip ({args.skip}) must be below --steps ({args.steps}) and --replay-steps ({args.replay_steps})."
+        )
     text = report(args)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
