@@ -80,9 +80,10 @@ class PolicyGradientConfig(LoopConfig):
     here, take model.forward."""
     compile: bool = False
     """Run the lean forward's layers through torch.compile (Inductor, dynamic shapes). On the tiny default model's
-    update 1.26x faster, but compiling takes minutes on 2 CPU cores (80-220 s measured, less with Inductor's on-disk
-    cache) and needs a C++ compiler on a CPU: worth it for runs of an hour or more, not for the default 530-s run.
-    Needs lean_forward=true."""
+    update 1.26x faster alone (less beside the async rollout worker), but compiling takes minutes on 2 CPU cores
+    (80-220 s for the first step, then 5-30 s when a new kind of input shape comes; Inductor's on-disk cache
+    shortens later runs) and needs a C++ compiler on a CPU: worth it for runs of an hour or more, not for the
+    default 530-s run. Needs lean_forward=true."""
     pg_loss: PolicyLossName = "ppo_clip"
     """Policy loss (a name in lrmgym.learners.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
     (detached IS weight capped at 1 + clip_high, no floor; MiniMax-M1), gspo (sequence-level ratio; GSPO) or
