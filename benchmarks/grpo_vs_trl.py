@@ -7,8 +7,9 @@ step, temperature 1, one update per step (no reuse), no KL term, no reference mo
 step is warm-up and is left out of the per-step figures; both report the mean and the median of steps 2-20.
 The two sides run alternately ``--repeats`` times (default 3) and the run with the median mean counts.
 
-TRL runs in its own virtual environment (it pins its own transformers/accelerate and is not a dependency of
-lrmgym), as a subprocess of this script running this same file with ``--trl-worker``. Create it once with::
+TRL runs as a subprocess of this script (this same file with ``--trl-worker``) in the Python given by
+``--trl-python``: lrmgym's own venv when it has the test extra (which installs trl; session 10 measured TRL 1.16.0
+with transformers 5.24.0 that way), or a venv of its own, made once with::
 
     python -m venv /tmp/trlvenv
     /tmp/trlvenv/bin/pip install torch==2.13.0 trl transformers==5.24.0   # the same torch build as .venv
