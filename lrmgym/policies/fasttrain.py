@@ -38,6 +38,7 @@ applies neither. :meth:`LlamaTrainer.build` returns ``None`` then, and callers t
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from typing import Any
@@ -51,9 +52,6 @@ __all__ = ["LlamaTrainer", "causal_lm_logits", "compile_unavailable"]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
-
-_COMPILED: dict[str, Any] = {}
-"""The compiled :meth:`LlamaTrainer._run`, made on first use (one per process; a graph per kind of pass)."""
 
 
 def compile_unavailable() -> str | None:
@@ -152,12 +150,7 @@ class LlamaTrainer(_LlamaParts):
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
         self.layers = [_TrainLayer(layer) for layer in model.model.layers]
         self.final_eps = _eps(self.final_norm)
-        self._layers = self._run
-        if compiled:
-            if "run" not in _COMPILED:
-                _COMPILED["run"] = torch.compile(LlamaTrainer._run, dynamic=True)
-            run = _COMPILED["run"]
-            self._layers = lambda *args: run(self, *args)
+        self._layers = functools.partial(_compiled_run(), self) if compiled else self._run
 
     @classmethod
     def build(cls, model: Any, compiled: bool = False) -> LlamaTrainer | None:
@@ -245,6 +238,15 @@ def right_padded(attention_mask: torch.Tensor) -> bool:
     """Whether every row of ``attention_mask [b, t]`` is ones then zeros (and starts with a one)."""
     mask = attention_mask.bool()
     return bool(mask[:, 0].all()) and not bool((mask[:, 1:] & ~mask[:, :-1]).any())
+
+
+@functools.cache
+def _compiled_run() -> Any:
+    """:meth:`LlamaTrainer._run` through ``torch.compile``, made on first use (one per process).
+
+    Dynamo keeps a graph per kind of pass: with or without a kept prefix, with or without gradient.
+    """
+    return torch.compile(LlamaTrainer._run, dynamic=True)
 
 
 def causal_lm_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, lean: bool = True) -> Any:
