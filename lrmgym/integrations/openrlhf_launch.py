@@ -214,6 +214,7 @@ FIELDS: dict[str, FieldRule] = {
     "learner.shared_prefix": _i("a native compute saving with the same result (the prompt runs once per group)"),
     "learner.lean_forward": _i("a native compute saving with the same result (the lean Llama training forward)"),
     "learner.compile": _i("a native compute saving with the same result (torch.compile of the lean forward)"),
+    "learner.update_threads": _i("CPU threads of the native update; OpenRLHF's GPU workers run their own"),
     "learner.pg_loss": _m("--actor.policy_loss_type: ppo_clip -> ppo, gspo -> gspo, reinforce -> ppo with one "
                           "optimizer step per rollout (ratio 1); cispo is refused"),
     "learner.clip_low": _m("--actor.eps_clip_low_high LOW HIGH"),

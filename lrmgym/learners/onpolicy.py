@@ -203,6 +203,8 @@ class OnPolicy(Algorithm):
         }
 
     def close(self) -> None:
-        """Stop the rollout worker."""
+        """Stop the rollout worker and the update threads."""
         if self.worker is not None:
             self.worker.close()
+        if getattr(self, "updater", None) is not None:
+            self.updater.close()

@@ -54,6 +54,7 @@ MAY_CHANGE = (
     "learner.log_samples",
     "learner.torch_threads",
     "learner.compile",
+    "learner.update_threads",
     "learner.eval_every",
     "learner.stages",
     "run.name",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -84,6 +85,14 @@ class PolicyGradientConfig(LoopConfig):
     (80-220 s for the first step, then 5-30 s when a new kind of input shape comes; Inductor's on-disk cache
     shortens later runs) and needs a C++ compiler on a CPU: worth it for runs of an hour or more, not for the
     default 530-s run. Needs lean_forward=true."""
+    update_threads: int = Field(1, ge=1, le=64)
+    """On a CPU, run this many of the update's forward/backward passes at once, each on its own thread (torch's
+    intra-op threads set to 1 while they run), and add their gradients in a fixed order, so a run gives the same
+    bits each time. The passes of a small model multiply small matrices, which torch's own threads barely speed up:
+    on the tiny default model's update batches 2 intra-op threads took 674 ms against 650 for one, 2 passes at once
+    423 ms (benchmarks/roofline.py's machine, 2 cores). For synchronous runs (async_rollouts=false) with cores to
+    spare: the default async run already keeps the second core sampling. When a step has fewer passes than threads,
+    its rows are split into one pass per thread."""
     pg_loss: PolicyLossName = "ppo_clip"
     """Policy loss (a name in lrmgym.learners.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
     (detached IS weight capped at 1 + clip_high, no floor; MiniMax-M1), gspo (sequence-level ratio; GSPO) or
@@ -174,6 +183,12 @@ class PolicyUpdater:
         self.model = policy.model
         self.shape = LlamaShape.of_model(self.model)  # None: a model lrmgym.learners.flops does not count
         self.device = next(self.model.parameters()).device
+        if cfg.update_threads > 1 and self.device.type != "cpu":
+            raise ValueError(
+                f"learner.update_threads={cfg.update_threads} runs the update's passes on CPU threads, but the "
+                f"policy is on {self.device}, where they would only queue on one device. Set "
+                "learner.update_threads=1."
+            )
         self.ref_model = None
         if cfg.kl_coef > 0 or cfg.track_kl:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -181,6 +196,8 @@ class PolicyUpdater:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("The policy's model has no trainable parameters (all requires_grad=False).")
+        self.params = params
+        self._pool: ThreadPoolExecutor | None = None  # update_threads - 1 workers, made on first use
         self.optimizer = adamw(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         tok = policy.tokenizer
@@ -264,16 +281,20 @@ class PolicyUpdater:
             out[chunk, : lp.shape[1]] = lp
         return out
 
-    def micro_batches(self, batch: TokenBatch, rows: list[int]) -> list[list[int]]:
+    def micro_batches(self, batch: TokenBatch, rows: list[int], parts: int = 1) -> list[list[int]]:
         """Split ``rows`` of ``batch`` into forward/backward passes (see micro_batch_size, micro_batch_tokens).
 
         With shared_prefix, the rows of one prompt stay in one pass (so that the prompt runs once) and a pass
         costs its prompts once each: ``rows x longest continuation + prompts x longest prompt`` padded tokens.
+        ``parts``: at least this many passes where the rows allow (one per update thread): when the options give
+        fewer, the rows (or prompts) are dealt out in turn, longest first, so the passes have similar widths.
         """
         size, budget = self.cfg.micro_batch_size, self.cfg.micro_batch_tokens
         if size:
+            if parts > 1 and len(rows) <= size * (parts - 1):  # fewer passes than threads
+                size = -(-len(rows) // parts)
             return [rows[i : i + size] for i in range(0, len(rows), size)]
-        if not budget:
+        if not budget and parts == 1:
             return [rows]
         lengths = batch.attention_mask.sum(-1).tolist()
         if self.cfg.shared_prefix:
@@ -293,12 +314,66 @@ class PolicyUpdater:
             return sum(map(len, chunk)) * cont + len(chunk) * max(prompt[r] for u in chunk for r in u)
 
         chunks: list[list[list[int]]] = []
-        for unit in units:
+        for unit in units if budget else ():
             if chunks and cost([*chunks[-1], unit]) <= budget:
                 chunks[-1].append(unit)
             else:
                 chunks.append([unit])
+        if len(chunks) < parts:
+            chunks = [units[j::parts] for j in range(min(parts, len(units)))]
         return [[r for u in chunk for r in u] for chunk in chunks]
+
+    def _in_threads(
+        self, micros: list[list[int]], costs: list[int], one_pass: Callable[[list[int], list], dict[str, float]]
+    ) -> list[dict[str, float]]:
+        """Run ``one_pass`` over ``micros`` on ``update_threads`` threads; their results in ``micros``' order.
+
+        The passes are dealt to the threads longest first, each to the least loaded (by ``costs``); each thread
+        adds its gradients up in a list of its own, and those lists are added to ``.grad`` in thread order. So the
+        same batch gives the same bits, where passes calling ``backward`` at once would add into ``.grad`` in
+        whatever order they finish. The calling thread runs the first thread's share. Why threads and not torch's
+        intra-op pool: see ``update_threads``; the kernels release the GIL, so the passes run side by side.
+        """
+        k = min(self.cfg.update_threads, len(micros))
+        lanes: list[list[int]] = [[] for _ in range(k)]
+        load = [0] * k
+        for i in sorted(range(len(micros)), key=lambda i: (-costs[i], i)):
+            j = load.index(min(load))
+            lanes[j].append(i)
+            load[j] += costs[i]
+        grads: list[list] = [[None] * len(self.params) for _ in range(k)]
+
+        def lane(j: int) -> list[tuple[int, dict[str, float]]]:
+            return [(i, one_pass(micros[i], grads[j])) for i in sorted(lanes[j])]
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.cfg.update_threads - 1, thread_name_prefix="lrmgym-update")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            futures = [self._pool.submit(lane, j) for j in range(1, k)]
+            try:
+                done = lane(0)
+            finally:
+                done_rest = [f.result() for f in futures]  # wait for every thread, also when this one failed
+        finally:
+            torch.set_num_threads(threads)
+        results = dict(done + [pair for rest in done_rest for pair in rest])
+        for j, param in enumerate(self.params):
+            total = None
+            for lane_grads in grads:
+                g = lane_grads[j]
+                if g is not None:
+                    total = g if total is None else total.add_(g)
+            if total is not None:
+                param.grad = total if param.grad is None else param.grad.add_(total)
+        return [results[i] for i in range(len(micros))]
+
+    def close(self) -> None:
+        """Stop the update threads (if any ran); the updater still works after, starting them again."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # ------------------------------------------------------------------------------------------ the update
     def update(
@@ -387,14 +462,26 @@ class PolicyUpdater:
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_tokens = float(loss_mask[mb].sum())
                 mb_seqs = float((loss_mask[mb].sum(-1) > 0).sum())
-                for micro in self.micro_batches(batch, mb):
+
+                def one_pass(
+                    micro: list[int],
+                    grads: list | None,
+                    epoch: int = epoch,
+                    mb_tokens: float = mb_tokens,
+                    mb_seqs: float = mb_seqs,
+                ) -> dict[str, float]:
+                    """Forward, loss and backward of one micro-batch; its share of the sums.
+
+                    The gradient goes to ``.grad`` (``grads`` None) or is added to ``grads``, one slot per
+                    trainable parameter (an update thread's own, see :meth:`_in_threads`).
+                    """
                     sub = batch.select(micro)
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]
                     logp, entropy = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
-                    grad_tokens += float(sub.attention_mask.sum())
-                    if shape is not None:
-                        grad_flops += forward_flops(shape, [lengths[r] for r in micro])
+                    part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl"), 0.0)
+                    part["grad_tokens"] = float(sub.attention_mask.sum())
+                    part["grad_flops"] = forward_flops(shape, [lengths[r] for r in micro]) if shape is not None else 0
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(
@@ -413,23 +500,42 @@ class PolicyUpdater:
                         weight = scale * float(mask.sum()) / max(mb_tokens, 1.0)
                     else:
                         weight = scale * float((mask.sum(-1) > 0).sum()) / max(mb_seqs, 1.0)
-                    (loss * weight).backward()
+                    if grads is None:
+                        (loss * weight).backward()
+                    else:
+                        found = torch.autograd.grad(loss * weight, self.params, allow_unused=True)
+                        for j, g in enumerate(found):
+                            if g is not None:
+                                grads[j] = g if grads[j] is None else grads[j].add_(g)
                     if epoch == 0:  # statistics of the policy as it was before this step's update
                         m = mask.float()
                         with torch.no_grad():
-                            sums["entropy"] += float((entropy * m).sum())
+                            part["entropy"] = float((entropy * m).sum())
                             if ref_all is not None:
-                                sums["kl"] += float((kl.detach() * m).sum())
+                                part["kl"] = float((kl.detach() * m).sum())
                             if sampler_lp is not None:
                                 # r = log pi_trainer - log pi_sampler on the sampler's tokens: |r| and k3, an
                                 # unbiased, non-negative estimate of KL(sampler || trainer).
                                 r = (logp.detach() - sampler_lp[micro, :t]).clamp(-20.0, 20.0)
-                                sums["gap"] += float((r.abs() * m).sum())
-                                sums["gap_kl"] += float(((torch.exp(r) - r - 1.0) * m).sum())
-                    sums["loss"] += float(loss.detach()) * weight
-                    sums["clip"] += float((out.clipped & mask).sum())
-                    sums["tokens"] += float(mask.sum())
-                    sums["ratio_max"] = max(sums["ratio_max"], float((out.ratio * mask).max()))
+                                part["gap"] = float((r.abs() * m).sum())
+                                part["gap_kl"] = float(((torch.exp(r) - r - 1.0) * m).sum())
+                    part["loss"] = float(loss.detach()) * weight
+                    part["clip"] = float((out.clipped & mask).sum())
+                    part["tokens"] = float(mask.sum())
+                    part["ratio_max"] = float((out.ratio * mask).max())
+                    return part
+
+                micros = self.micro_batches(batch, mb, parts=cfg.update_threads)
+                if cfg.update_threads > 1 and len(micros) > 1:
+                    parts = self._in_threads(micros, [sum(lengths[r] for r in m) for m in micros], one_pass)
+                else:
+                    parts = [one_pass(micro, None) for micro in micros]
+                for part in parts:  # in micro-batch order, whichever thread ran it
+                    grad_tokens += part.pop("grad_tokens")
+                    grad_flops += int(part.pop("grad_flops"))
+                    sums["ratio_max"] = max(sums["ratio_max"], part.pop("ratio_max"))
+                    for key, value in part.items():
+                        sums[key] += value
                 if cfg.max_grad_norm is not None:
                     norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                     sums["grad_norm"] += float(norm)

@@ -10,7 +10,8 @@ from learner_helpers import make_loop, register_test_env, run_config, small_grpo
 
 from lrmgym.compose import train
 from lrmgym.learners.advantages import group_advantages, scores_to_tensors
-from lrmgym.learners.rollout import collate, rollout, tokenize_trajectory
+from lrmgym.learners.rollout import collate, collate_advantages, rollout, tokenize_trajectory
+from lrmgym.learners.shared_prefix import prompt_groups
 
 register_test_env()
 
@@ -154,3 +155,98 @@ def test_each_step_logs_the_tokens_it_generated(tmp_path):
     for m in lines:
         assert m["compute/generated_tokens"] == pytest.approx(m["tokens_per_s"] * m["time/generate_s"], rel=1e-6)
         assert 0 < m["compute/generated_tokens"] <= 4 * 4 * 8  # B x G x max_new_tokens
+
+
+# ------------------------------------------------------------------------------------------ update_threads
+def _params(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"micro_batch_tokens": 48}, {"micro_batch_size": 3}, {}, {"micro_batch_tokens": 48, "shared_prefix": False}],
+)
+def test_update_threads_take_the_same_step_as_one_thread(tmp_path, options):
+    # Passes on 2 threads, gradients added in a fixed order: the same update as one thread up to float rounding,
+    # and the same statistics. Losing or doubling one thread's gradients moves the parameters far off.
+    one = _algo(tmp_path / "one", **options)
+    two = _algo(tmp_path / "two", update_threads=2, **options)
+    seqs, _ = _step_tokens(one)
+    flat = torch.linspace(-1.5, 1.5, len(seqs)).tolist()  # every row with signal
+    batch = collate_advantages(seqs, flat, one.updater.pad_id)
+    assert len(two.updater.micro_batches(batch, list(range(len(seqs))), parts=2)) >= 2
+    ran = []
+    in_threads = two.updater._in_threads
+    two.updater._in_threads = lambda *a: ran.append(len(a[0])) or in_threads(*a)
+    before = _params(one.updater.model)
+    stats_one = one.updater.update(seqs, flat, False, "recompute")
+    stats_two = two.updater.update(seqs, flat, False, "recompute")
+    assert ran and min(ran) >= 2, "the update did not run its passes on threads"
+    for a, b in zip(_grads(one.updater.model), _grads(two.updater.model), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-7)  # Adam's first step hides the size: compare grads
+    after = _params(one.updater.model)
+    for a, b in zip(after, _params(two.updater.model), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    assert sum(not torch.equal(a, c) for a, c in zip(after, before, strict=True)) > len(before) // 2  # it stepped
+    for key in ("loss", "clip_frac", "entropy", "ratio_max", "compute/forward_tokens", "compute/flops_forward"):
+        assert stats_two[key] == pytest.approx(stats_one[key], rel=1e-5), key
+    one.close()
+    two.close()
+
+
+def test_update_threads_give_the_same_bits_each_time(tmp_path):
+    runs = [_algo(tmp_path / str(i), update_threads=2, micro_batch_tokens=40) for i in range(2)]
+    seqs, _ = _step_tokens(runs[0])
+    for algo in runs:
+        algo.updater.update(seqs, torch.linspace(-1.5, 1.5, len(seqs)).tolist(), False, "recompute")
+        algo.close()
+    for a, b in zip(_params(runs[0].updater.model), _params(runs[1].updater.model), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_fewer_passes_than_threads_are_split_one_per_thread(tmp_path):
+    algo = _algo(tmp_path, update_threads=3)
+    seqs, adv = _step_tokens(algo)  # 4 tasks x 4 samples
+    batch = collate_advantages(seqs, adv.reshape(-1).tolist(), algo.updater.pad_id)
+    rows = list(range(len(seqs)))
+    assert algo.updater.micro_batches(batch, rows) == [rows]  # no budget: one pass
+    passes = algo.updater.micro_batches(batch, rows, parts=3)
+    assert len(passes) == 3 and sorted(r for p in passes for r in p) == rows
+    owner = prompt_groups(batch.input_ids, batch.prompt_len)  # shared_prefix: a prompt's rows stay in one pass
+    assert len({frozenset(owner[r] for r in p) for p in passes}) == 3
+    for p in passes:
+        assert all(owner.count(owner[r]) == sum(owner[q] == owner[r] for q in p) for r in p)
+    sized = algo.updater.cfg.model_copy(update={"micro_batch_size": 16, "shared_prefix": False})
+    algo.updater.cfg = sized
+    assert [len(p) for p in algo.updater.micro_batches(batch, rows, parts=2)] == [8, 8]
+
+
+def test_an_error_in_an_update_thread_surfaces_and_restores_torch_threads(tmp_path):
+    algo = _algo(tmp_path, update_threads=2, micro_batch_tokens=40)
+    seqs, adv = _step_tokens(algo)
+    calls = []
+    forward = algo.updater.forward_logprobs
+
+    def failing(model, sub, entropy=False):
+        calls.append(len(sub))
+        if len(calls) == 2:
+            raise RuntimeError("pass failed")
+        return forward(model, sub, entropy=entropy)
+
+    algo.updater.forward_logprobs = failing
+    threads = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="pass failed"):
+        algo.updater.update(seqs, adv.reshape(-1).tolist(), False, "recompute")
+    assert torch.get_num_threads() == threads
+    algo.close()
+
+
+def test_update_threads_refuse_a_policy_off_the_cpu():
+    from learner_helpers import tiny_hf_policy
+
+    from lrmgym.learners.update import PolicyUpdater
+
+    policy = tiny_hf_policy()
+    policy.model.to("meta")  # any device that is not the CPU
+    with pytest.raises(ValueError, match=r"update_threads=2 .* policy is on meta.*update_threads=1"):
+        PolicyUpdater(_learner(update_threads=2), policy, lambda: 0.0, 8)
