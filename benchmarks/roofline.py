@@ -14,7 +14,8 @@ In one run, on one machine:
    the FLOPs of each step (``compute/flops_*``, :mod:`lrmgym.learners.flops`) and the seconds of its parts.
 3. The update alone: the batches of a short synchronous run of the same configuration, replayed through a fresh
    updater (:func:`replayed_update`) with the other core idle, so the in-run figure's share lost to the rollout
-   worker beside it shows.
+   worker beside it shows; and the same batches with ``learner.update_threads=2`` (both cores, as a synchronous
+   run can use them), against the 2-thread peak.
 4. With ``--compile``, the run and the replay set ``learner.compile=true`` (the lean forward through
    ``torch.compile``), and the report gives the first step's time, which pays the compilation; the default
    output is then ``results/roofline_compile.md``.
@@ -110,7 +111,9 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
     this one is the update's kernel on its own: the same ``learner=grpo`` configuration, the batches of steps
     ``skip .. steps-1`` of a synchronous run, each replayed ``repeats`` times through a fresh
     :class:`~lrmgym.learners.update.PolicyUpdater` as the async default runs it (pi_old from the sampler); the
-    best time of each batch counts. Returns seconds and FLOPs per update.
+    best time of each batch counts. Each batch is also replayed with ``learner.update_threads=2`` (two passes at
+    once, one per core: what a synchronous run on this machine can use), alternating with the one-thread replay.
+    Returns seconds (``seconds``, ``seconds_2threads``) and FLOPs per update.
     """
     from lrmgym.compose import train
     from lrmgym.configs.resolve import resolve
@@ -137,17 +140,26 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
     torch.set_num_threads(1)
     updater = update_mod.PolicyUpdater(cfg.learner, cfg.policy.build(), lambda: 0.0, cfg.learner.max_new_tokens)
     batches = captured[skip:]
-    best = [math.inf] * len(batches)
+    configs = {k: cfg.learner.model_copy(update={"update_threads": k}) for k in (1, 2)}
+    best = {k: [math.inf] * len(batches) for k in configs}
     flops = [0.0] * len(batches)
-    seqs, advantages, kwargs = batches[0]
-    updater.update(seqs, advantages, False, "sampler", **{**kwargs, "sampler_known": True})  # warm-up, untimed
-    for _ in range(repeats):
+    for k in configs:  # warm-up, untimed (the second also starts the update thread)
+        seqs, advantages, kwargs = batches[0]
+        updater.cfg = configs[k]
+        updater.update(seqs, advantages, False, "sampler", **{**kwargs, "sampler_known": True})
+    for r in range(repeats):
         for i, (seqs, advantages, kwargs) in enumerate(batches):
-            start = time.perf_counter()
-            stats = updater.update(seqs, advantages, False, "sampler", **{**kwargs, "sampler_known": True})
-            best[i] = min(best[i], time.perf_counter() - start)
+            for k in (1, 2) if (r + i) % 2 == 0 else (2, 1):
+                updater.cfg = configs[k]
+                start = time.perf_counter()
+                stats = updater.update(seqs, advantages, False, "sampler", **{**kwargs, "sampler_known": True})
+                best[k][i] = min(best[k][i], time.perf_counter() - start)
             flops[i] = float(stats["compute/flops_forward"] + stats["compute/flops_backward"])
-    return {"seconds": float(np.mean(best)), "flops": float(np.mean(flops)), "batches": len(batches)}
+    updater.close()
+    return {
+        "seconds": float(np.mean(best[1])), "seconds_2threads": float(np.mean(best[2])),
+        "flops": float(np.mean(flops)), "batches": len(batches),
+    }  # fmt: skip
 
 
 def default_shape_and_rows() -> tuple[LlamaShape, int, int]:
@@ -179,6 +191,7 @@ def report(args: argparse.Namespace) -> str:
     after_run = uptime()
     alone = replayed_update(args.replay_steps, args.skip, args.repeats, extra)
     alone_rate = alone["flops"] / alone["seconds"] / 1e9
+    alone_rate2 = alone["flops"] / alone["seconds_2threads"] / 1e9
     after_replay = uptime()
     kept = lines[args.skip :]  # the first steps warm up (allocator, the worker's start)
     total = {k: float(sum(m[k] for m in kept)) for k in ("compute/flops_forward", "compute/flops_backward")}
@@ -236,6 +249,10 @@ def report(args: argparse.Namespace) -> str:
         f"{100 * update_rate / peak[1]:.1f} % | >= 75 % |",
         f"| update alone ({alone['batches']} of the run's batches replayed, best of {args.repeats}): "
         f"{alone['seconds'] * 1e3:.0f} ms, {alone_rate:.1f} GFLOP/s | {100 * alone_rate / peak[1]:.1f} % | >= 75 % |",
+        f"| update alone on both cores (`learner.update_threads=2`, for synchronous runs): "
+        f"{alone['seconds_2threads'] * 1e3:.0f} ms, {alone_rate2:.1f} GFLOP/s, "
+        f"{alone['seconds'] / alone['seconds_2threads']:.2f}x one thread; share of the 2-thread peak ({peak[2]:.1f}) | "
+        f"{100 * alone_rate2 / peak[2]:.1f} % | |",
         f"| step: FLOP floor on 2 cores (step FLOPs / {peak[2]:.1f} GFLOP/s) | {floor_s / n * 1e3:.1f} ms | |",
         f"| step: time / floor | {step_s / floor_s:.1f}x | <= 2x |",
         f"| step: achieved GFLOP/s (all FLOPs / step time) | {step_flops / step_s / 1e9:.1f} | |",
