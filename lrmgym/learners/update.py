@@ -88,11 +88,11 @@ class PolicyGradientConfig(LoopConfig):
     update_threads: int = Field(1, ge=1, le=64)
     """On a CPU, run this many of the update's forward/backward passes at once, each on its own thread (torch's
     intra-op threads set to 1 while they run), and add their gradients in a fixed order, so a run gives the same
-    bits each time. The passes of a small model multiply small matrices, which torch's own threads barely speed up:
-    on the tiny default model's update batches 2 intra-op threads took 674 ms against 650 for one, 2 passes at once
-    423 ms (benchmarks/roofline.py's machine, 2 cores). For synchronous runs (async_rollouts=false) with cores to
-    spare: the default async run already keeps the second core sampling. When a step has fewer passes than threads,
-    its rows are split into one pass per thread."""
+    bits each time. A small model's passes multiply small matrices, which torch's own threads barely speed up: on
+    the tiny default model's update batches, 2 intra-op threads took 674 ms against 650 for one, while 2 passes
+    at once took 400 ms against 678 (1.70x; benchmarks/roofline.py, 2 cores). For synchronous runs
+    (async_rollouts=false) with cores to spare: beside the async rollout worker on 2 cores it only moves time
+    from sampling to the update (same step time). A step with fewer passes than threads gets one pass per thread."""
     pg_loss: PolicyLossName = "ppo_clip"
     """Policy loss (a name in lrmgym.learners.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
     (detached IS weight capped at 1 + clip_high, no floor; MiniMax-M1), gspo (sequence-level ratio; GSPO) or
