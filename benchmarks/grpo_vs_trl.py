@@ -23,7 +23,7 @@ process while this step trains; one step off-policy, each process with half of `
 the synchronous ratio. Its env lives in
 ``bench_env.py`` so that the worker process can import it.
 
-The machine's load matters: report ``uptime`` beside the numbers.
+The machine's load matters: each size's ``uptime`` before and after its runs is printed and kept in the JSON.
 """
 
 from __future__ import annotations
@@ -168,6 +168,14 @@ def _stats(times: list[float]) -> dict[str, float]:
     return {"mean_s": statistics.mean(steady), "median_s": statistics.median(steady), "first_s": times[0]}
 
 
+def _uptime() -> str:
+    """``uptime``'s line (the machine's load), or why there is none."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as err:
+        return f"(uptime unavailable: {err})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trl-python", default="/tmp/trlvenv/bin/python", help="python of the venv with trl")
@@ -192,6 +200,7 @@ def main() -> None:
     results = {}
     for size in args.sizes.split(","):
         runs: dict[str, list[dict[str, float]]] = {"lrmgym": [], "trl": [], "lrmgym_async": []}
+        load_before = _uptime()
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = Path(tmp) / "model"
             params = save_model(model_dir, size)
@@ -207,13 +216,14 @@ def main() -> None:
         ratio = ours["mean_s"] / trl["mean_s"]
         results[size] = {"params": params, "lrmgym": ours, "trl": trl, "ratio_mean": ratio,
                          "ratio_median": ours["median_s"] / trl["median_s"], "repeats": args.repeats,
-                         "runs": {k: v for k, v in runs.items() if v}}  # fmt: skip
+                         "runs": {k: v for k, v in runs.items() if v}, "threads": args.threads,
+                         "uptime_before": load_before, "uptime_after": _uptime()}  # fmt: skip
         print(
             f"{size:>5} ({params / 1e6:.2f} M params): lrmgym {ours['mean_s']:.3f} s/step (median "
             f"{ours['median_s']:.3f}), TRL {trl['mean_s']:.3f} s/step (median {trl['median_s']:.3f}); "
             f"ratio {ratio:.2f}x  [per-run ratios: "
             + ", ".join(f"{a['mean_s'] / b['mean_s']:.2f}" for a, b in zip(runs["lrmgym"], runs["trl"], strict=True))
-            + "]",
+            + f"]\n      uptime before: {load_before}\n      uptime after:  {results[size]['uptime_after']}",
             flush=True,
         )
         if runs["lrmgym_async"]:
