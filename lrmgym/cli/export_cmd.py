@@ -147,11 +147,21 @@ def _export(out: str, write: Any) -> Any:
         result = write()
     except (ConfigError, ExportError) as err:
         raise _UserError(str(err)) from None
+    except FileNotFoundError as err:
+        if err.filename is None or not _within(err.filename, out):  # an input (an env's data file), not the output
+            raise _UserError(f"{err}; nothing was written.") from None
+        raise _MachineError(f"cannot write {out!r}: {err}; nothing was written.") from None
     except OSError as err:
         raise _MachineError(f"cannot write {out!r}: {err}; nothing was written.") from None
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     return result
+
+
+def _within(path: str | os.PathLike, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or inside it."""
+    target, base = Path(path).resolve(), Path(folder).resolve()
+    return target == base or base in target.parents
 
 
 def _split_out(overrides: tuple[str, ...], example: str) -> tuple[list[str], list[str]]:

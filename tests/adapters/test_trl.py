@@ -175,7 +175,7 @@ def test_call_problems_are_clear_errors(math_funcs, math_rows):
         math_funcs[0](["a", "b"], texts, label=labels)
     with pytest.raises(LabelError, match=r"label\[0\]: not a JSON label"):
         math_funcs[0](None, ["x"], label=["not json"])
-    other = adapter.dataset(env="game24", n=1)["label"]
+    other = adapter.dataset(env="game24", n=1, split="train")["label"]  # generated puzzles: no data file needed
     with pytest.raises(LabelError, match="another env or judges"):
         math_funcs[0](None, ["x"], label=other)
 
@@ -230,9 +230,9 @@ def test_group_judges_refuse_a_group_split_over_processes(math_rows, monkeypatch
 def test_multi_turn_envs_are_refused_naming_what_trl_lacks():
     message = r"env: lrmgym/Game24-v0 is multi-turn here .* TRL's GRPOTrainer cannot train: .*environment_factory"
     with pytest.raises(ConfigError, match=message):
-        adapter.reward_funcs(env="game24", **{"env.mode": "steps"})
+        adapter.reward_funcs(env="game24", **{"env.mode": "steps", "env.split": "train"})
     with pytest.raises(ConfigError, match=message):
-        adapter.dataset(env="game24", n=2, **{"env.mode": "steps"})
+        adapter.dataset(env="game24", n=2, **{"env.mode": "steps", "env.split": "train"})
 
 
 # ------------------------------------------------------------------------------------------------ configs and data
@@ -265,12 +265,15 @@ def test_dataset_columns_prompts_and_labels():
         assert row["prompt"] == task.prompt and row["task_id"] == task.id
     judged = adapter.dataset(env="math", n=1, judge=MATH_JUDGES)
     assert sorted(decode_label(judged["label"][0]).judge) == MATH_JUDGES
-    chat = adapter.dataset(env="gsm8k", n=2)  # a chat env: TRL's conversational format
-    assert isinstance(chat["prompt"][0], list) and chat["prompt"][0][0]["role"] == "user"
     with pytest.raises(ValueError, match="n must be a positive integer"):
         adapter.dataset(env="math", n=0)
     with pytest.raises(ConfigError, match=r"env\.split"):
         adapter.dataset(env="echo", n=1, split="test")
+
+
+def test_a_chat_env_gives_conversational_prompts(shared_data):
+    chat = adapter.dataset(env="gsm8k", n=2)  # GSM8K (shared data): TRL's conversational format
+    assert isinstance(chat["prompt"][0], list) and chat["prompt"][0][0]["role"] == "user"
 
 
 # ------------------------------------------------------------------------------------------------ the real trainer

@@ -184,7 +184,8 @@ def test_the_written_reward_py_loads_the_way_verl_loads_it(math_export):
 
 def test_multi_turn_envs_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match=r"env: lrmgym/Game24-v0 is multi-turn here .* grades one response"):
-        verl.export_verl(resolve(["env=game24", "env.mode=steps"]), tmp_path / "g", n_train=2, n_test=1)
+        config = resolve(["env=game24", "env.mode=steps", "env.split=train"])  # train: no data file needed
+        verl.export_verl(config, tmp_path / "g", n_train=2, n_test=1)
     assert not (tmp_path / "g").exists() and list(tmp_path.iterdir()) == []
 
 
@@ -213,8 +214,19 @@ def test_export_verl_refusals(tmp_path):
     assert learner.exit_code == 2 and "learner.lr: not used by `lrmgym export verl`" in learner.output
     no_out = invoke("export", "verl", "env=math")
     assert no_out.exit_code == 2 and "out=DIR: name the export folder once" in no_out.output
-    multi = invoke("export", "verl", "env=game24", "env.mode=steps", f"out={tmp_path / 'b'}")
+    multi = invoke("export", "verl", "env=game24", "env.mode=steps", "env.split=train", f"out={tmp_path / 'b'}")
     assert multi.exit_code == 2 and "is multi-turn here" in multi.output
     bad = invoke("export", "verl", "env=math", "env.difficultee=2", f"out={tmp_path / 'c'}")
     assert bad.exit_code == 2 and "env.difficultee" in bad.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_data_file_is_the_users_error_not_a_failed_write(tmp_path, monkeypatch):
+    # Game24's held-out split reads the ToT puzzle file: absent, the export says so (exit 2) instead of calling it a
+    # failed write of the output folder (exit 1), and writes nothing.
+    monkeypatch.setenv("LRMGYM_SHARED_DATA", str(tmp_path / "no-data"))
+    out = tmp_path / "out"
+    result = invoke("export", "verl", "env=game24", f"out={out}")
+    assert result.exit_code == 2, result.output
+    assert "24.csv" in result.output and "LRMGYM_SHARED_DATA" in result.output and "cannot write" not in result.output
+    assert not out.exists()

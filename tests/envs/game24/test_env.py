@@ -397,7 +397,7 @@ def test_feedback_text_without_penalty():
     )
 
 
-def test_preset_file():
+def test_preset_file(shared_data):  # the preset's held-out split reads the ToT puzzle file (shared data)
     import yaml
 
     preset = Path(lrmgym.__file__).parent / "configs" / "presets" / "env" / "game24.yaml"
