@@ -20,8 +20,7 @@ Run (from the repository root, in lrmgym's venv)::
 
 ``--async`` also times lrmgym with ``learner.async_rollouts`` (the next step's rollouts sampled in a second
 process while this step trains; one step off-policy, each process with half of ``--threads``), reported beside
-the synchronous ratio. Its env lives in
-``bench_env.py`` so that the worker process can import it.
+the synchronous ratio. Its env lives in ``bench_env.py`` so that the worker process can import it.
 
 The machine's load matters: each size's ``uptime`` before and after its runs is printed and kept in the JSON.
 """

@@ -138,7 +138,8 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
 def _export(out: str, write: Any) -> Any:
     """``write()``'s result, with its warnings echoed to stderr.
 
-    Config and export errors become user errors; a failed write to ``out`` is the machine's.
+    Config and export errors, and an input file that is not there (an env's data), become user errors; a failed
+    write to ``out`` is the machine's.
     """
     from lrmgym.configs.errors import ConfigError
     from lrmgym.integrations.openrlhf_launch import ExportError
