@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from lrmgym.core import task_rng
 
-__all__ = ["adamw", "check_adam_betas", "check_trainable", "derived_seed", "keep_freed_memory", "usable_cpus"]
+__all__ = [
+    "adamw",
+    "check_adam_betas",
+    "check_trainable",
+    "derived_seed",
+    "intra_op_threads",
+    "keep_freed_memory",
+    "usable_cpus",
+]
 
 _HEAP_KEPT = False
 
@@ -27,6 +37,17 @@ def adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
         except (RuntimeError, TypeError, ValueError):  # an older torch or an unsupported dtype
             pass
     return torch.optim.AdamW(params, **kwargs)
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """Set torch's intra-op thread count to ``threads`` inside the block, and back to what it was after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def keep_freed_memory() -> None:

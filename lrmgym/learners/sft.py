@@ -312,21 +312,19 @@ def build_tiny(
     """
     import torch
 
+    from lrmgym.learners.common import intra_op_threads  # torch-importing, like torch here: on first use
+
     folder = cfg.cache_dir()
     if (folder / "build.json").is_file() and not force:
         return folder
     start, cpu_start, load_before = time.perf_counter(), time.process_time(), _loadavg()
-    threads_before = torch.get_num_threads()
     threads = cfg.threads or _auto_threads(load_before)
-    torch.set_num_threads(threads)
-    try:
+    with intra_op_threads(threads):
         pairs = (examples or env_examples)(cfg.train, cfg.train.steps * cfg.train.batch_size)
         data_s = time.perf_counter() - start
         tokenizer = build_tokenizer()
         model = build_model(cfg.arch, len(tokenizer), cfg.seed)
         facts = train_masked_ce(model, tokenizer, cfg.train, pairs, progress=progress)
-    finally:
-        torch.set_num_threads(threads_before)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:

@@ -20,7 +20,14 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from lrmgym.learners.common import adamw, check_adam_betas, check_trainable, derived_seed, usable_cpus
+from lrmgym.learners.common import (
+    adamw,
+    check_adam_betas,
+    check_trainable,
+    derived_seed,
+    intra_op_threads,
+    usable_cpus,
+)
 from lrmgym.learners.flops import LlamaShape, forward_flops
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
@@ -348,16 +355,12 @@ class PolicyUpdater:
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.cfg.update_threads - 1, thread_name_prefix="lrmgym-update")
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with intra_op_threads(1):
             futures = [self._pool.submit(lane, j) for j in range(1, k)]
             try:
                 done = lane(0)
             finally:
                 done_rest = [f.result() for f in futures]  # wait for every thread, also when this one failed
-        finally:
-            torch.set_num_threads(threads)
         results = dict(done + [pair for rest in done_rest for pair in rest])
         for j, param in enumerate(self.params):
             total = None
