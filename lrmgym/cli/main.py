@@ -338,6 +338,12 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
             atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
         loop = prepare(cfg, run_dir)
         write_run_record(run_dir, cfg.to_dict(), __version__)
+        # The learner's own checks (e.g. learner.update_threads off the CPU) and its workers, while a failure can
+        # still remove the new directory. A staged run sets each stage up as it starts it; a registered learner's
+        # runner may have no separate setup.
+        setup = getattr(loop, "setup", None)
+        if callable(setup):
+            setup()
     except BaseException as err:
         if new:  # nothing of value was written: leave no half-made run directory behind
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -132,6 +132,7 @@ class Loop:
         self.evals: dict[str, dict] = {}
         self.log_gaps: str | None = None  # steps with no metrics line, when a resume found them lost
         self.trackers = Trackers()  # opened by run(), once the step to continue from is known
+        self._set_up = False
         algorithm.loop = self
 
     # ------------------------------------------------------------------------------------------ budget
@@ -201,12 +202,27 @@ class Loop:
         self.checkpoints.drop_after(self.step, _say)  # newer ones (after a gap): never to be resumed from again
 
     # ------------------------------------------------------------------------------------------ the loop
+    def setup(self) -> None:
+        """The algorithm's setup (its own checks, optimizer, workers), once; :meth:`run` calls it too.
+
+        Callable before :meth:`run`, so that ``lrmgym run`` meets a setup error while it can still remove the new
+        run directory. On an error, what the setup started (a rollout worker) is closed.
+        """
+        if self._set_up:
+            return
+        try:
+            self.algorithm.setup()
+        except BaseException:
+            self.algorithm.close()
+            raise
+        self._set_up = True
+
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Run (or continue) training; returns the summary."""
         status = "failed"
         keep_freed_memory()  # page-fault-free reuse of activations on CPU (lrmgym.learners.common)
+        self.setup()
         try:
-            self.algorithm.setup()
             summary = self._run(resume)
             status = summary["status"]
             return summary
