@@ -100,10 +100,14 @@ def derived_seed(seed: int, *tags: int) -> int:
 
 
 def check_trainable(policy: Any, what: str) -> None:
-    """Raise a clear error unless ``policy`` exposes ``model``, ``tokenizer`` and ``generate``."""
+    """Raise a clear error unless ``policy`` exposes ``model``, ``tokenizer`` and ``generate``.
+
+    A ValueError: the run's configuration pairs a learner with a policy it cannot train (``lrmgym run`` reports it as
+    the user's error and removes the new run directory).
+    """
     for name in ("model", "tokenizer", "generate"):
         if getattr(policy, name, None) is None:
-            raise TypeError(
+            raise ValueError(
                 f"learner={what} needs a trainable policy (with .model, .tokenizer and .generate); the "
                 f"{type(policy).__name__} policy has no .{name}. Use policy=tiny or policy=hf."
             )

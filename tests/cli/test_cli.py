@@ -117,3 +117,35 @@ def test_judge_command_scores_exactly_the_listed_judges(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["verdict"]["score"] for r in rows] == [1.0, 0.0]
     assert [c["name"] for c in rows[0]["verdict"]["components"]] == ["format_strict"]
+
+
+def test_a_learner_setup_error_is_a_user_error_and_leaves_no_run_behind(tmp_path, monkeypatch):
+    # The updater's own checks run in the learner's setup (learner.update_threads with a policy off the CPU: a
+    # GPU this machine lacks, so the check's error is raised here as it would be there).
+    from lrmgym.learners import update
+
+    def refuse(self, cfg, *args, **kwargs):
+        raise ValueError(
+            "learner.update_threads=2 runs the update's passes on CPU threads, but the policy is on cuda:0"
+        )
+
+    monkeypatch.setattr(update.PolicyUpdater, "__init__", refuse)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(cli, ["run", "env=echo", "learner=grpo", "learner.steps=1", f"run.output_dir={runs}"])
+    assert result.exit_code == 2, result.output
+    assert (
+        "Traceback" not in result.output and result.exception is not None and isinstance(result.exception, SystemExit)
+    )
+    assert result.output.splitlines()[-1].startswith("Error: learner.update_threads=2 runs the update's passes")
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_a_learner_with_a_policy_it_cannot_train_is_a_user_error(tmp_path):
+    runs = tmp_path / "runs"
+    args = ["run", "env=echo", "learner=grpo", "policy=openai", "policy.model=some-model", f"run.output_dir={runs}"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.output.splitlines()[-1].startswith("Error: learner=grpo needs a trainable policy")
+    assert "Use policy=tiny or policy=hf." in result.output
+    assert not runs.exists() or list(runs.iterdir()) == []
