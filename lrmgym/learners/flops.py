@@ -23,6 +23,13 @@ input gradient of the first layer too, which a trainer computes whenever the emb
 last position only, which give the first new token), then ``n - 1`` decode steps, the ``j``-th feeding token
 ``j`` at position ``P + j - 1`` against ``P + j`` keys (the last token is sampled but never fed). Each
 completion pays its own prefill (a sampler that prefills a group's shared prompt once does less).
+
+**Model FLOPs, not executed FLOPs.** These counts are the work of a plain trainer and sampler: every row runs its
+own prompt, padding is left out. lrmgym's update (``shared_prefix``) and sampler run each group's prompt once, so
+they execute fewer: on the default run about 61 % of the count in the update and 56 % in generation, measured with
+``torch.utils.flop_counter`` by ``benchmarks/roofline.py``. The rates of :func:`achieved_rates` are therefore
+model-FLOP rates (the numerator of MFU): they credit the work prefix sharing skips, and can exceed what the
+hardware computed. Judge hardware efficiency on executed FLOPs, as that benchmark does.
 """
 
 from __future__ import annotations
@@ -192,6 +199,7 @@ def achieved_rates(metrics: dict[str, Any]) -> dict[str, float]:
             ``compute/flops_generate`` with ``time/train_s`` (the update) and ``time/step_s`` (the whole step).
 
     Returns:
+        Model-FLOP rates (module docstring: prefix sharing executes fewer FLOPs than counted):
         ``perf/update_gflops_s`` (forward + backward FLOPs of the update / its seconds) and
         ``perf/step_gflops_s`` (those plus the sampling's FLOPs / the step's seconds), each where its inputs are
         present and its time positive; empty for a learner that counts no FLOPs.

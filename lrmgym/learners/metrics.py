@@ -38,8 +38,8 @@ def rollout_metrics(
         judge_metrics: The judges' metrics of this rollout when another process graded it (async rollouts);
             they replace the env's own (which then judged nothing).
         shape: The policy's model shape (:class:`~lrmgym.learners.flops.LlamaShape`): adds
-            ``compute/flops_generate``, the sampling's matmul FLOPs; None (a model that module does not count)
-            leaves it out.
+            ``compute/flops_generate``, the sampling's matmul FLOPs as a plain sampler computes them (model FLOPs,
+            see :mod:`lrmgym.learners.flops`); None (a model that module does not count) leaves it out.
 
     ``generations`` counts the completions sampled (every policy turn of every trajectory): the step's sampling
     cost, summed by the loop's ``generation_budget``. ``all_failed_frac`` is the share of groups none of whose
