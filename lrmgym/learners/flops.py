@@ -29,7 +29,9 @@ own prompt, padding is left out. lrmgym's update (``shared_prefix``) and sampler
 they execute fewer: on the default run about 61 % of the count in the update and 56 % in generation, measured with
 ``torch.utils.flop_counter`` by ``benchmarks/roofline.py``. The rates of :func:`achieved_rates` are therefore
 model-FLOP rates (the numerator of MFU): they credit the work prefix sharing skips, and can exceed what the
-hardware computed. Judge hardware efficiency on executed FLOPs, as that benchmark does.
+hardware computed. Judge hardware efficiency on executed FLOPs: the update logs them too
+(``compute/executed_flops_*``, ``perf/update_executed_gflops_s``); for generation ``benchmarks/roofline.py``
+measures the share.
 """
 
 from __future__ import annotations
@@ -202,7 +204,9 @@ def achieved_rates(metrics: dict[str, Any]) -> dict[str, float]:
         Model-FLOP rates (module docstring: prefix sharing executes fewer FLOPs than counted):
         ``perf/update_gflops_s`` (forward + backward FLOPs of the update / its seconds) and
         ``perf/step_gflops_s`` (those plus the sampling's FLOPs / the step's seconds), each where its inputs are
-        present and its time positive; empty for a learner that counts no FLOPs.
+        present and its time positive; empty for a learner that counts no FLOPs. Where the update also logs
+        ``compute/executed_flops_*`` (what its kernels ran, :func:`lrmgym.learners.shared_prefix.executed_flops`),
+        ``perf/update_executed_gflops_s``, the hardware rate of the update.
     """
     update = [metrics.get(k) for k in ("compute/flops_forward", "compute/flops_backward")]
     if any(v is None for v in update):
@@ -212,6 +216,9 @@ def achieved_rates(metrics: dict[str, Any]) -> dict[str, float]:
     generate = metrics.get("compute/flops_generate")
     if train_s:
         rates["perf/update_gflops_s"] = sum(update) / train_s / 1e9
+        executed = [metrics.get(k) for k in ("compute/executed_flops_forward", "compute/executed_flops_backward")]
+        if all(v is not None for v in executed):
+            rates["perf/update_executed_gflops_s"] = sum(executed) / train_s / 1e9
     if step_s and generate is not None:
         rates["perf/step_gflops_s"] = (sum(update) + generate) / step_s / 1e9
     return rates

@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 
+from lrmgym.learners.flops import LlamaShape, chunk_flops
 from lrmgym.learners.losses import token_entropy, token_logprobs
 from lrmgym.policies.fasttrain import LlamaTrainer, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
 
-__all__ = ["forward_logprobs", "prompt_groups"]
+__all__ = ["executed_flops", "forward_logprobs", "prompt_groups"]
 
 
 def prompt_groups(input_ids: torch.Tensor, prompt_len: torch.Tensor) -> list[int]:
@@ -54,6 +55,38 @@ def _worth_sharing(owner: list[int], prompt_len: torch.Tensor, lengths: torch.Te
     if distinct == len(owner) or after < 1:
         return False
     return distinct * int(prompt_len.max()) + len(owner) * after <= 0.8 * len(owner) * width
+
+
+def _sharing(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: torch.Tensor | None
+) -> list[int] | None:
+    """Each row's distinct prompt where :func:`forward_logprobs` runs prompts once; None where it runs plain."""
+    if prompt_len is None or int(prompt_len.min()) < 1:
+        return None
+    owner = prompt_groups(input_ids, prompt_len)
+    return owner if _worth_sharing(owner, prompt_len, attention_mask.sum(-1), input_ids.shape[1]) else None
+
+
+def executed_flops(
+    shape: LlamaShape, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: torch.Tensor | None
+) -> int:
+    """Forward matmul FLOPs that :func:`forward_logprobs` runs on these rows through the lean forward.
+
+    What the kernels compute, padding included: a plain pass of ``[N, T]`` rows, or the distinct prompts
+    (``[U, P]``, logits at their last position) and then ``[N, C]`` continuations after a ``P``-slot cache. The
+    counts of :mod:`lrmgym.learners.flops` (``compute/flops_*``) are a plain trainer's instead: every row its own
+    prompt, no padding. Exact for the lean forward (``tests/learners/test_flops.py`` checks it against torch's
+    FlopCounterMode); through ``model.forward`` (a model the lean forward does not take) an estimate, since its
+    attention kernels and where it computes logits differ (4 % on the test's tiny model). Backward: twice this.
+    """
+    n, width = input_ids.shape
+    owner = _sharing(input_ids, attention_mask, prompt_len)
+    if owner is None:
+        return n * chunk_flops(shape, width)
+    assert prompt_len is not None  # _sharing returns None without it
+    width_p = int(prompt_len.max())
+    width_c = int((attention_mask.sum(-1) - prompt_len.to(attention_mask.device)).max())
+    return len(set(owner)) * chunk_flops(shape, width_p, logits=1) + n * chunk_flops(shape, width_c, cached=width_p)
 
 
 def forward_logprobs(
@@ -93,8 +126,8 @@ def forward_logprobs(
     n, width = input_ids.shape
     lengths = attention_mask.sum(-1)
     trainer = LlamaTrainer.build(model, compiled) if lean and right_padded(attention_mask) else None
-    owner = None if prompt_len is None or int(prompt_len.min()) < 1 else prompt_groups(input_ids, prompt_len)
-    if owner is None or not _worth_sharing(owner, prompt_len, lengths, width):
+    owner = _sharing(input_ids, attention_mask, prompt_len)
+    if owner is None:
         if trainer is not None:
             logits = trainer.logits(input_ids)
         else:

@@ -32,7 +32,7 @@ from lrmgym.learners.flops import LlamaShape, forward_flops
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
 from lrmgym.learners.rollout import TokenBatch, collate_advantages
-from lrmgym.learners.shared_prefix import forward_logprobs, prompt_groups
+from lrmgym.learners.shared_prefix import executed_flops, forward_logprobs, prompt_groups
 from lrmgym.policies.fasttrain import compile_unavailable
 
 # adamw, check_trainable, derived_seed, usable_cpus and collate_advantages are re-exported for the learners.
@@ -278,6 +278,13 @@ class PolicyUpdater:
             temperature=self.temperature, lean=self.cfg.lean_forward, compiled=self.cfg.compile,
         )  # fmt: skip
 
+    def executed_flops(self, batch: TokenBatch) -> int:
+        """Forward matmul FLOPs of :meth:`forward_logprobs` on ``batch`` (shared_prefix.executed_flops)."""
+        assert self.shape is not None
+        return executed_flops(
+            self.shape, batch.input_ids, batch.attention_mask, batch.prompt_len if self.cfg.shared_prefix else None
+        )
+
     @torch.no_grad()
     def no_grad_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every row, in micro-batches, without gradient: ``[N, T-1]`` on the model's device."""
@@ -413,6 +420,7 @@ class PolicyUpdater:
             empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
         if self.shape is not None:
             empty.update({"compute/flops_forward": 0, "compute/flops_backward": 0})
+            empty.update({"compute/executed_flops_forward": 0, "compute/executed_flops_backward": 0})
         if self.cfg.ref_refresh_steps:
             self.refresh_ref()  # before anything reads the reference, also on a step with nothing to train
         if not seqs:
@@ -454,7 +462,13 @@ class PolicyUpdater:
         shape = self.shape
         lengths = batch.attention_mask.sum(-1).tolist()
         nograd_flops = nograd_passes * forward_flops(shape, lengths) if shape is not None else 0
-        grad_flops = 0
+        # And what the kernels ran (compute/executed_flops_*): each pass as forward_logprobs splits it (a prompt
+        # once per group where shared_prefix shares), padding included.
+        nograd_executed = 0
+        if shape is not None and nograd_passes:
+            subs = [batch.select(c) for c in self.micro_batches(batch, list(range(n)))]  # no_grad_logprobs's passes
+            nograd_executed = nograd_passes * sum(self.executed_flops(sub) for sub in subs)
+        grad_flops = grad_executed = 0
         optim_steps = 0
         for epoch in range(cfg.epochs):
             order = torch.randperm(n).tolist() if cfg.minibatches > 1 else list(range(n))
@@ -485,6 +499,7 @@ class PolicyUpdater:
                     part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl"), 0.0)
                     part["grad_tokens"] = float(sub.attention_mask.sum())
                     part["grad_flops"] = forward_flops(shape, [lengths[r] for r in micro]) if shape is not None else 0
+                    part["grad_executed"] = self.executed_flops(sub) if shape is not None else 0
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(
@@ -536,6 +551,7 @@ class PolicyUpdater:
                 for part in parts:  # in micro-batch order, whichever thread ran it
                     grad_tokens += part.pop("grad_tokens")
                     grad_flops += int(part.pop("grad_flops"))
+                    grad_executed += int(part.pop("grad_executed"))
                     sums["ratio_max"] = max(sums["ratio_max"], part.pop("ratio_max"))
                     for key, value in part.items():
                         sums[key] += value
@@ -554,7 +570,11 @@ class PolicyUpdater:
             }
         flops = {}
         if shape is not None:
-            flops = {"compute/flops_forward": int(grad_flops + nograd_flops), "compute/flops_backward": 2 * grad_flops}
+            flops = {
+                "compute/flops_forward": int(grad_flops + nograd_flops), "compute/flops_backward": 2 * grad_flops,
+                "compute/executed_flops_forward": int(grad_executed + nograd_executed),
+                "compute/executed_flops_backward": 2 * grad_executed,
+            }  # fmt: skip
         return {
             "loss": sums["loss"] / max(optim_steps, 1),
             "clip_frac": sums["clip"] / max(sums["tokens"], 1.0),

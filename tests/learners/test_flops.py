@@ -143,6 +143,49 @@ def test_the_update_counts_the_flops_of_each_pass(tmp_path, options, nograd_pass
     assert stats["compute/flops_backward"] == 2 * grad_passes * once
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"track_kl": True}, {"shared_prefix": False}, {"micro_batch_size": 3, "epochs": 2}, {"lean_forward": False}],
+)
+def test_the_update_counts_the_flops_it_executes(tmp_path, options) -> None:
+    """compute/executed_flops_* equal torch's FlopCounterMode over the whole update (prompt once per group, padding).
+
+    Exactly, with the lean forward; through model.forward the count is an estimate (its attention kernels and
+    where it computes logits differ), within 5 % here.
+    """
+    from learner_helpers import make_loop, register_test_env, run_config
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lrmgym.learners import shared_prefix
+
+    register_test_env()
+    algo = make_loop(run_config(_grpo(**options)), tmp_path, setup=True).algorithm
+    seqs, adv = _batch(algo)
+    shared = []
+    real = shared_prefix._sharing
+
+    def spy(*args: Any) -> Any:
+        shared.append(real(*args))
+        return shared[-1]
+
+    shared_prefix._sharing = spy
+    try:
+        with FlopCounterMode(display=False) as counter:
+            stats = algo.updater.update(seqs, adv, measure_kl=algo.cfg.track_kl, behavior="recompute")
+    finally:
+        shared_prefix._sharing = real
+    executed = stats["compute/executed_flops_forward"] + stats["compute/executed_flops_backward"]
+    if options in ({}, {"track_kl": True}):  # whole groups in a pass: some pass ran its prompts once
+        assert any(owner is not None for owner in shared)
+        assert executed < stats["compute/flops_forward"] + stats["compute/flops_backward"]
+    if options.get("lean_forward", True):
+        assert executed == counter.get_total_flops()
+    else:  # an estimate there (shared_prefix.executed_flops)
+        assert counter.get_total_flops() == pytest.approx(executed, rel=0.05)
+    if not options:  # one pass with gradient, none without
+        assert stats["compute/executed_flops_backward"] == 2 * stats["compute/executed_flops_forward"]
+
+
 def test_a_grpo_run_logs_flops_and_achieved_rates(tmp_path) -> None:
     import json
 
