@@ -129,6 +129,10 @@ def summarize(lines: list[dict], peak_tflops: float) -> dict:
     out["step_mfu"] = out["step_tflops_per_s"] / peak_tflops
     if generated is not None:
         out["generated_tokens_per_s"] = generated / max(gen_s, 1e-9)
+    if "compute/executed_flops_forward" in timed[0]:  # what the update's kernels ran (prefix sharing runs less)
+        executed = mean("compute/executed_flops_forward") + mean("compute/executed_flops_backward")
+        out["update_executed_tflops_per_s"] = executed / max(train_s, 1e-9) / 1e12
+        out["update_hfu"] = out["update_executed_tflops_per_s"] / peak_tflops
     return out
 
 
@@ -156,6 +160,17 @@ def report(result: dict, meta: dict) -> str:
         f"| update FLOPs per step (TFLOP) | {r['update_tflop']:.3f} |",
         f"| update TFLOP/s, MFU | {r['update_tflops_per_s']:.2f}, {100 * r['update_mfu']:.1f} % |",
         f"| whole step TFLOP/s, MFU (with generation) | {r['step_tflops_per_s']:.2f}, {100 * r['step_mfu']:.1f} % |",
+    ]
+    if "update_hfu" in r:
+        lines.append(
+            f"| update, executed FLOPs: TFLOP/s, share of the peak | {r['update_executed_tflops_per_s']:.2f}, "
+            f"{100 * r['update_hfu']:.1f} % |"
+        )
+    lines += [
+        "",
+        "MFU counts model FLOPs (`compute/flops_*`: each row its own prompt, padding left out); the update's "
+        "executed row counts what its kernels ran (`compute/executed_flops_*`: each group's prompt once, padding "
+        "included).",
     ]
     return "\n".join(lines) + "\n"
 

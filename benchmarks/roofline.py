@@ -26,12 +26,12 @@ In one run, on one machine:
 
 Two FLOP counts, matmuls only. **Counted** is what :mod:`lrmgym.learners.flops` logs (``compute/flops_*``): the
 work of a plain trainer and sampler, a shared prompt once per row and padding left out. **Executed** is what the
-kernels computed, from ``torch.utils.flop_counter.FlopCounterMode``: on each replayed update batch (one untimed
-pass each), and on one sampled step of the default configuration (:func:`generation_executed_share`). Prefix
-sharing runs each group's prompt once in the update and in the sampler, so the executed count is the smaller
-(padding, which it includes, adds a little back). A rate over counted FLOPs credits the work prefix sharing
-skipped, so the targets are judged on executed FLOPs; the in-run update and the step use the executed shares
-measured on the replay and the sampled step (the run's own passes are not counted op by op).
+kernels computed: the update logs it (``compute/executed_flops_*``, exact for the lean forward, checked against
+``torch.utils.flop_counter`` in the tests); for generation, ``FlopCounterMode`` counts one sampled step of the
+default configuration (:func:`generation_executed_share`) and its share of the counted is applied to the run.
+Prefix sharing runs each group's prompt once in the update and in the sampler, so the executed count is the
+smaller (padding, which it includes, adds a little back). A rate over counted FLOPs credits the work prefix
+sharing skipped, so the targets are judged on executed FLOPs.
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
     configs = {k: cfg.learner.model_copy(update={"update_threads": k}) for k in (1, 2)}
     best = {k: [math.inf] * len(batches) for k in configs}
     flops = [0.0] * len(batches)
+    executed = [0.0] * len(batches)
     for k in configs:  # warm-up, untimed (the second also starts the update thread)
         seqs, advantages, kwargs = batches[0]
         updater.cfg = configs[k]
@@ -162,12 +163,7 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
                 stats = updater.update(seqs, advantages, False, "sampler", **{**kwargs, "sampler_known": True})
                 best[k][i] = min(best[k][i], time.perf_counter() - start)
             flops[i] = float(stats["compute/flops_forward"] + stats["compute/flops_backward"])
-    updater.cfg = configs[1]
-    executed = [0.0] * len(batches)
-    for i, (seqs, advantages, kwargs) in enumerate(batches):  # untimed: the counter slows every operation
-        with FlopCounterMode(display=False) as counter:
-            updater.update(seqs, advantages, False, "sampler", **{**kwargs, "sampler_known": True})
-        executed[i] = float(counter.get_total_flops())
+            executed[i] = float(stats["compute/executed_flops_forward"] + stats["compute/executed_flops_backward"])
     updater.close()
     return {
         "seconds": float(np.mean(best[1])), "seconds_2threads": float(np.mean(best[2])),
@@ -239,10 +235,9 @@ def report(args: argparse.Namespace) -> str:
     after_run = uptime()
     alone = replayed_update(args.replay_steps, args.skip, args.repeats, extra)
     alone_rate = alone["flops"] / alone["seconds"] / 1e9
-    # Executed FLOPs (FlopCounterMode): what the kernels computed. The metrics count a plain trainer's work (a
-    # shared prompt once per row, padding left out), which prefix sharing does not all do; the targets are judged
-    # on what was executed.
-    update_share = alone["executed_flops"] / alone["flops"]
+    # Executed FLOPs: what the kernels computed. compute/flops_* count a plain trainer's work (a shared prompt
+    # once per row, padding left out), which prefix sharing does not all do; the targets are judged on what was
+    # executed. The update logs its executed FLOPs; generation's share is measured on one sampled step.
     generate_share = generation_executed_share(alone["prompts"], shape)
     exec_rate = alone["executed_flops"] / alone["seconds"] / 1e9
     exec_rate2 = alone["executed_flops"] / alone["seconds_2threads"] / 1e9
@@ -253,10 +248,14 @@ def report(args: argparse.Namespace) -> str:
     train_s = float(sum(m["time/train_s"] for m in kept))
     step_s = float(sum(m["time/step_s"] for m in kept))
     update_flops = total["compute/flops_forward"] + total["compute/flops_backward"]
+    update_executed = float(
+        sum(m["compute/executed_flops_forward"] + m["compute/executed_flops_backward"] for m in kept)
+    )
+    update_share = update_executed / update_flops
     update_rate = update_flops / train_s / 1e9
     step_flops = update_flops + generate
     floor_s = step_flops / (peak[2] * 1e9)
-    exec_step_flops = update_flops * update_share + generate * generate_share
+    exec_step_flops = update_executed + generate * generate_share
     exec_floor_s = exec_step_flops / (peak[2] * 1e9)
     n = len(kept)
     per_step = {
@@ -281,11 +280,12 @@ def report(args: argparse.Namespace) -> str:
         f"Model: hidden {shape.hidden}, {shape.layers} layers, {shape.heads} heads ({shape.kv_heads} KV), MLP "
         f"{shape.intermediate}, vocab {shape.vocab}.",
         "",
-        "Two FLOP counts, matmuls only: **executed**, what the kernels computed (`torch.utils.flop_counter`, on the "
-        "replayed update batches and on one sampled step of the default configuration; each group's prompt once, "
-        "padding included), and **counted**, what `lrmgym/learners/flops.py` logs as `compute/flops_*` (the work "
-        "of a plain trainer and sampler: a shared prompt once per row, padding left out). Prefix sharing makes the "
-        "executed count the smaller; rates against the peak are judged on it.",
+        "Two FLOP counts, matmuls only: **executed**, what the kernels computed (each group's prompt once, padding "
+        "included: the update's `compute/executed_flops_*`, and generation's share measured with "
+        "`torch.utils.flop_counter` on one sampled step of the default configuration), and **counted**, what "
+        "`lrmgym/learners/flops.py` logs as `compute/flops_*` (the work of a plain trainer and sampler: a shared "
+        "prompt once per row, padding left out). Prefix sharing makes the executed count the smaller; rates "
+        "against the peak are judged on it.",
         "",
         f"## fp32 matmul rate (GFLOP/s, best of {args.repeats} after warm-up)",
         "",
@@ -302,8 +302,8 @@ def report(args: argparse.Namespace) -> str:
         f"Counted FLOPs per step: update {update_flops / n / 1e9:.2f} GFLOP (forward "
         f"{total['compute/flops_forward'] / n / 1e9:.2f}, backward {total['compute/flops_backward'] / n / 1e9:.2f}),"
         f" generation {generate / n / 1e9:.2f} GFLOP. Executed: {100 * update_share:.1f} % of the counted in the "
-        f"update ({alone['batches']} replayed batches), {100 * generate_share:.1f} % in generation (one sampled "
-        f"step); so about {update_flops * update_share / n / 1e9:.2f} and {generate * generate_share / n / 1e9:.2f} "
+        f"update (its `compute/executed_flops_*`), {100 * generate_share:.1f} % in generation (one sampled "
+        f"step); so about {update_executed / n / 1e9:.2f} and {generate * generate_share / n / 1e9:.2f} "
         "GFLOP per step.",
         "",
         "| measure | executed FLOPs | counted FLOPs | target |",
@@ -318,7 +318,7 @@ def report(args: argparse.Namespace) -> str:
         f"| update alone on both cores (`learner.update_threads=2`, for synchronous runs; "
         f"{alone['seconds_2threads'] * 1e3:.0f} ms, {alone['seconds'] / alone['seconds_2threads']:.2f}x one thread): "
         f"share of the 2-thread peak ({peak[2]:.1f}) | {100 * exec_rate2 / peak[2]:.1f} % | "
-        f"{100 * exec_rate2 / update_share / peak[2]:.1f} % | |",
+        f"{100 * alone['flops'] / alone['seconds_2threads'] / 1e9 / peak[2]:.1f} % | |",
         f"| step: FLOP floor on 2 cores (step FLOPs / {peak[2]:.1f} GFLOP/s) | {exec_floor_s / n * 1e3:.1f} ms | "
         f"{floor_s / n * 1e3:.1f} ms | |",
         f"| step: time / floor | {step_s / exec_floor_s:.1f}x | {step_s / floor_s:.1f}x | <= 2x |",
