@@ -18,6 +18,7 @@ cache positions ``P..P+C-1`` after its padded prompt; the attention mask hides t
 
 from __future__ import annotations
 
+from types import EllipsisType
 from typing import Any
 
 import torch
@@ -27,7 +28,7 @@ from lrmgym.learners.losses import token_entropy, token_logprobs
 from lrmgym.policies.fasttrain import LlamaTrainer, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
 
-__all__ = ["executed_flops", "forward_logprobs", "prompt_groups"]
+__all__ = ["executed_flops", "forward_logprobs", "prompt_groups", "sharing"]
 
 
 def prompt_groups(input_ids: torch.Tensor, prompt_len: torch.Tensor) -> list[int]:
@@ -57,10 +58,11 @@ def _worth_sharing(owner: list[int], prompt_len: torch.Tensor, lengths: torch.Te
     return distinct * int(prompt_len.max()) + len(owner) * after <= 0.8 * len(owner) * width
 
 
-def _sharing(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: torch.Tensor | None
-) -> list[int] | None:
-    """Each row's distinct prompt where :func:`forward_logprobs` runs prompts once; None where it runs plain."""
+def sharing(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: torch.Tensor | None) -> list[int] | None:
+    """Each row's distinct prompt where :func:`forward_logprobs` runs prompts once; None where it runs plain.
+
+    Pass the result to :func:`forward_logprobs` and :func:`executed_flops` (``owner=``) to decide once per pass.
+    """
     if prompt_len is None or int(prompt_len.min()) < 1:
         return None
     owner = prompt_groups(input_ids, prompt_len)
@@ -68,7 +70,11 @@ def _sharing(
 
 
 def executed_flops(
-    shape: LlamaShape, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: torch.Tensor | None
+    shape: LlamaShape,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_len: torch.Tensor | None,
+    owner: list[int] | None | EllipsisType = ...,
 ) -> int:
     """Forward matmul FLOPs that :func:`forward_logprobs` runs on these rows through the lean forward.
 
@@ -78,12 +84,14 @@ def executed_flops(
     prompt, no padding. Exact for the lean forward (``tests/learners/test_flops.py`` checks it against torch's
     FlopCounterMode); through ``model.forward`` (a model the lean forward does not take) an estimate, since its
     attention kernels and where it computes logits differ (4 % on the test's tiny model). Backward: twice this.
+    ``owner``: :func:`sharing`'s result for these rows, when the caller has it (``...``: decided here).
     """
     n, width = input_ids.shape
-    owner = _sharing(input_ids, attention_mask, prompt_len)
+    if owner is ...:
+        owner = sharing(input_ids, attention_mask, prompt_len)
     if owner is None:
         return n * chunk_flops(shape, width)
-    assert prompt_len is not None  # _sharing returns None without it
+    assert prompt_len is not None  # sharing() returns None without it
     width_p = int(prompt_len.max())
     width_c = int((attention_mask.sum(-1) - prompt_len.to(attention_mask.device)).max())
     return len(set(owner)) * chunk_flops(shape, width_p, logits=1) + n * chunk_flops(shape, width_c, cached=width_p)
@@ -99,6 +107,7 @@ def forward_logprobs(
     temperature: float = 1.0,
     lean: bool = True,
     compiled: bool = False,
+    owner: list[int] | None | EllipsisType = ...,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Next-token log-probs of right-padded rows, sharing the forward pass of equal prompts.
 
@@ -116,6 +125,7 @@ def forward_logprobs(
         lean: Run the passes through :class:`~lrmgym.policies.fasttrain.LlamaTrainer` where the model qualifies
             (the same function and gradients, less overhead); otherwise, or when False, through ``model.forward``.
         compiled: Run that lean forward's layers through ``torch.compile`` (``learner.compile``).
+        owner: :func:`sharing`'s result for these rows, when the caller has it; ``...`` (default): decided here.
 
     Returns:
         ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
@@ -126,7 +136,8 @@ def forward_logprobs(
     n, width = input_ids.shape
     lengths = attention_mask.sum(-1)
     trainer = LlamaTrainer.build(model, compiled) if lean and right_padded(attention_mask) else None
-    owner = _sharing(input_ids, attention_mask, prompt_len)
+    if owner is ...:
+        owner = sharing(input_ids, attention_mask, prompt_len)
     if owner is None:
         if trainer is not None:
             logits = trainer.logits(input_ids)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from lrmgym.learners import shared_prefix
 from lrmgym.learners.common import (
     adamw,
     check_adam_betas,
@@ -32,7 +33,7 @@ from lrmgym.learners.flops import LlamaShape, forward_flops
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
 from lrmgym.learners.rollout import TokenBatch, collate_advantages
-from lrmgym.learners.shared_prefix import executed_flops, forward_logprobs, prompt_groups
+from lrmgym.learners.shared_prefix import prompt_groups
 from lrmgym.policies.fasttrain import compile_unavailable
 
 # adamw, check_trainable, derived_seed, usable_cpus and collate_advantages are re-exported for the learners.
@@ -270,30 +271,39 @@ class PolicyUpdater:
     # ------------------------------------------------------------------------------------------ forwards
     def forward_logprobs(
         self, model: torch.nn.Module, batch: TokenBatch, entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(logp [n, T-1], entropy [n, T-1] or None)`` of a batch under ``model`` (see shared_prefix)."""
-        return forward_logprobs(
-            model, batch.input_ids.to(self.device), batch.attention_mask.to(self.device),
-            batch.prompt_len if self.cfg.shared_prefix else None, self.pad_id, entropy=entropy,
-            temperature=self.temperature, lean=self.cfg.lean_forward, compiled=self.cfg.compile,
-        )  # fmt: skip
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """``(logp [n, T-1], entropy [n, T-1] or None, executed)`` of a batch under ``model`` (see shared_prefix).
 
-    def executed_flops(self, batch: TokenBatch) -> int:
-        """Forward matmul FLOPs of :meth:`forward_logprobs` on ``batch`` (shared_prefix.executed_flops)."""
-        assert self.shape is not None
-        return executed_flops(
-            self.shape, batch.input_ids, batch.attention_mask, batch.prompt_len if self.cfg.shared_prefix else None
+        ``executed``: the pass's forward matmul FLOPs as its kernels ran them (shared_prefix.executed_flops; 0 for
+        a model lrmgym.learners.flops does not count).
+        """
+        ids, mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
+        prompt_len = batch.prompt_len if self.cfg.shared_prefix else None
+        owner = shared_prefix.sharing(ids, mask, prompt_len)  # decided once for the pass and its count
+        logp, ent = shared_prefix.forward_logprobs(
+            model, ids, mask, prompt_len, self.pad_id, entropy=entropy, temperature=self.temperature,
+            lean=self.cfg.lean_forward, compiled=self.cfg.compile, owner=owner,
+        )  # fmt: skip
+        executed = (
+            shared_prefix.executed_flops(self.shape, ids, mask, prompt_len, owner) if self.shape is not None else 0
         )
+        return logp, ent, executed
 
     @torch.no_grad()
     def no_grad_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every row, in micro-batches, without gradient: ``[N, T-1]`` on the model's device."""
+        return self._no_grad_pass(model, batch)[0]
+
+    @torch.no_grad()
+    def _no_grad_pass(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, int]:
+        """:meth:`no_grad_logprobs` and the forward matmul FLOPs its passes executed."""
         out = torch.zeros(batch.loss_mask.shape, device=self.device)
+        executed = 0
         for chunk in self.micro_batches(batch, list(range(len(batch)))):
-            sub = batch.select(chunk)
-            lp, _ = self.forward_logprobs(model, sub)
+            lp, _, flops = self.forward_logprobs(model, batch.select(chunk))
             out[chunk, : lp.shape[1]] = lp
-        return out
+            executed += flops
+        return out, executed
 
     def micro_batches(self, batch: TokenBatch, rows: list[int], parts: int = 1) -> list[list[int]]:
         """Split ``rows`` of ``batch`` into forward/backward passes (see micro_batch_size, micro_batch_tokens).
@@ -440,12 +450,16 @@ class PolicyUpdater:
         # Reusing the first forward's detached log-probs as pi_old is exact only while the weights have not
         # moved, i.e. with one epoch of one minibatch; otherwise pi_old is recomputed up front.
         reuse_old = behavior == "recompute" and cfg.epochs == 1 and cfg.minibatches == 1
+        nograd_executed = 0  # forward FLOPs the no-grad passes ran (compute/executed_flops_forward)
         if behavior == "sampler":
             old_all = batch.sampler_logprobs.to(self.device)
         elif not reuse_old:
-            old_all = self.no_grad_logprobs(self.model, batch)
+            old_all, nograd_executed = self._no_grad_pass(self.model, batch)
         measure_kl = measure_kl or cfg.kl_coef > 0
-        ref_all = self.no_grad_logprobs(self.ref_model, batch) if measure_kl and self.ref_model is not None else None
+        ref_all = None
+        if measure_kl and self.ref_model is not None:
+            ref_all, flops = self._no_grad_pass(self.ref_model, batch)
+            nograd_executed += flops
         norm_len = self.norm_len
         self.model.train()
         sums = {"loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_max": 0.0, "grad_norm": 0.0}
@@ -462,12 +476,8 @@ class PolicyUpdater:
         shape = self.shape
         lengths = batch.attention_mask.sum(-1).tolist()
         nograd_flops = nograd_passes * forward_flops(shape, lengths) if shape is not None else 0
-        # And what the kernels ran (compute/executed_flops_*): each pass as forward_logprobs splits it (a prompt
-        # once per group where shared_prefix shares), padding included.
-        nograd_executed = 0
-        if shape is not None and nograd_passes:
-            subs = [batch.select(c) for c in self.micro_batches(batch, list(range(n)))]  # no_grad_logprobs's passes
-            nograd_executed = nograd_passes * sum(self.executed_flops(sub) for sub in subs)
+        # What the kernels ran instead (compute/executed_flops_*: a prompt once per group where shared_prefix
+        # shares, padding included) comes back from each pass.
         grad_flops = grad_executed = 0
         optim_steps = 0
         for epoch in range(cfg.epochs):
@@ -495,11 +505,11 @@ class PolicyUpdater:
                     sub = batch.select(micro)
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]
-                    logp, entropy = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
+                    logp, entropy, executed = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
                     part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl"), 0.0)
                     part["grad_tokens"] = float(sub.attention_mask.sum())
                     part["grad_flops"] = forward_flops(shape, [lengths[r] for r in micro]) if shape is not None else 0
-                    part["grad_executed"] = self.executed_flops(sub) if shape is not None else 0
+                    part["grad_executed"] = executed
                     old = logp.detach() if reuse_old else old_all[micro, :t]
                     adv = sub.advantages if sub.advantages.dim() == 1 else sub.advantages[:, :t]  # [n] or [n, t]
                     out = policy_loss(

@@ -162,18 +162,18 @@ def test_the_update_counts_the_flops_it_executes(tmp_path, options) -> None:
     algo = make_loop(run_config(_grpo(**options)), tmp_path, setup=True).algorithm
     seqs, adv = _batch(algo)
     shared = []
-    real = shared_prefix._sharing
+    real = shared_prefix.sharing
 
     def spy(*args: Any) -> Any:
         shared.append(real(*args))
         return shared[-1]
 
-    shared_prefix._sharing = spy
+    shared_prefix.sharing = spy
     try:
         with FlopCounterMode(display=False) as counter:
             stats = algo.updater.update(seqs, adv, measure_kl=algo.cfg.track_kl, behavior="recompute")
     finally:
-        shared_prefix._sharing = real
+        shared_prefix.sharing = real
     executed = stats["compute/executed_flops_forward"] + stats["compute/executed_flops_backward"]
     if options in ({}, {"track_kl": True}):  # whole groups in a pass: some pass ran its prompts once
         assert any(owner is not None for owner in shared)
