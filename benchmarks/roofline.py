@@ -45,13 +45,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lrmgym.learners.flops import LlamaShape, generate_flops
+from lrmgym.learners.rollout import prompt_length
 
 
 def uptime() -> str:
@@ -165,17 +165,12 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
             flops[i] = float(stats["compute/flops_forward"] + stats["compute/flops_backward"])
             executed[i] = float(stats["compute/executed_flops_forward"] + stats["compute/executed_flops_backward"])
     updater.close()
+    prompts = dict.fromkeys(tuple(s.ids[: prompt_length(s.policy_mask)]) for b in batches for s in b[0])
     return {
         "seconds": float(np.mean(best[1])), "seconds_2threads": float(np.mean(best[2])),
         "flops": float(np.mean(flops)), "executed_flops": float(np.mean(executed)), "batches": len(batches),
-        "prompts": [list(p) for p in dict.fromkeys(prompt_ids(s) for b in batches for s in b[0])],
+        "prompts": [list(p) for p in prompts],
     }  # fmt: skip
-
-
-def prompt_ids(seq: Any) -> tuple[int, ...]:
-    """The tokens of a :class:`~lrmgym.learners.rollout.TokenizedTrajectory` before its first sampled one."""
-    first = seq.policy_mask.index(True) if True in seq.policy_mask else len(seq.ids)
-    return tuple(seq.ids[:first])
 
 
 def generation_executed_share(prompts: list[list[int]], shape: LlamaShape) -> float:

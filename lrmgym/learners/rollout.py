@@ -27,6 +27,7 @@ __all__ = [
     "collate_advantages",
     "env_attr",
     "extend_prompt",
+    "prompt_length",
     "rollout",
     "tokenize_trajectory",
 ]
@@ -168,7 +169,8 @@ class TokenBatch:
         )
 
 
-def _prompt_len(policy_mask: list[bool]) -> int:
+def prompt_length(policy_mask: list[bool]) -> int:
+    """Tokens before a trajectory's first sampled one (its whole length when the policy sampled none)."""
     return policy_mask.index(True) if True in policy_mask else len(policy_mask)
 
 
@@ -194,7 +196,7 @@ def collate(seqs: Sequence[TokenizedTrajectory], advantages: Sequence[float], pa
         loss_mask=loss_mask[:, 1:],  # aligned to targets: position t predicts token t + 1
         sampler_logprobs=lps[:, 1:],
         advantages=torch.tensor(list(advantages), dtype=torch.float32),
-        prompt_len=torch.tensor([_prompt_len(s.policy_mask) for s in seqs], dtype=torch.long),
+        prompt_len=torch.tensor([prompt_length(s.policy_mask) for s in seqs], dtype=torch.long),
         index=list(range(n)),
     )
 
