@@ -4,8 +4,9 @@ Why not ``model.forward`` with a transformers cache: for small models most of a 
 arithmetic. On the 0.8 M-parameter default model at batch 128, one ``LlamaForCausalLM`` decode step took 16 ms
 while its matrix products alone took 3.3 ms (mask building, cache objects, three separate q/k/v products, the
 deprecation and kwargs layers). This module runs the same computation with the model's own weights and its
-own rotary-embedding module: q/k/v and gate/up fused into one product each, one preallocated key/value buffer
-per layer, and a plain boolean mask. Rows that finish are dropped from the buffers, as in the sampler.
+own rotary-embedding module: q/k/v and gate/up fused into one product each (with the norms' weights folded in),
+RoPE as one complex product from a table made once per batch, one preallocated key/value buffer per layer, and
+an additive mask. Rows that finish are dropped from the buffers, as in the sampler.
 
 Only architectures whose decoder layer is exactly ``RMSNorm -> attention(q,k,v,o, RoPE) -> RMSNorm -> SiLU-gated
 MLP`` qualify (``llama``, ``mistral`` without a sliding window, ``qwen2``), with plain ``nn.Linear`` projections
@@ -114,48 +115,121 @@ def llama_like(model: Any) -> Any | None:
 
 
 class _Layer:
-    """One decoder layer's weights, q/k/v and gate/up concatenated.
+    """One decoder layer's weights, q/k/v and gate/up concatenated, the norms' weights folded in.
 
-    Rebuilt for every batch, so that it follows the weights as training changes them.
+    Rebuilt for every batch, so that it follows the weights as training changes them. Each RMSNorm's weight
+    scales the input columns of the product that reads it (``W (w * n) = (W * w) n``), so that the norm itself is
+    only ``x / rms(x)`` (:func:`_normalize`). The q and k rows of each head are stored with the two halves of
+    rotate-half RoPE interleaved (``0, D/2, 1, D/2+1, ...``), so that RoPE is one complex product on pairs of
+    adjacent features (:func:`_rope`): a permutation of the head dim applied to both q and k leaves every q.k, and
+    so attention, unchanged, and v and the output stay in the model's order. The key cache holds permuted keys.
     """
 
-    def __init__(self, layer: Any) -> None:
+    def __init__(self, layer: Any, head_dim: int, parts: int) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        norm1, norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.eps1, self.eps2 = _eps_tensor(norm1), _eps_tensor(norm2)
         # The attention scale is folded into the query rows (RoPE is linear, so scaling before it is the same).
         scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))
         (q_w, q_b), (k_w, k_b), (v_w, v_b), (o_w, o_b), (g_w, _), (u_w, _), (d_w, _) = (
             _linear_weights(m)  # type: ignore[misc]  # build() checked that each is a (LoRA-)linear layer
             for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
         )
-        self.qkv_w = torch.cat([q_w * scaling, k_w, v_w])
+        q_rows, k_rows = (_interleaved(w.shape[0], head_dim, w.device) for w in (q_w, k_w))
         biases = [q_b, k_b, v_b]
-        self.qkv_b = torch.cat([biases[0] * scaling, *biases[1:]]) if all(b is not None for b in biases) else None
-        self.o_w, self.o_b = o_w, o_b
-        self.gate_up_w = torch.cat([g_w, u_w])
-        self.down_w = d_w
+        qkv_b = torch.cat([(q_b * scaling)[q_rows], k_b[k_rows], v_b]) if all(b is not None for b in biases) else None
+        self.qkv = _Product(torch.cat([(q_w * scaling)[q_rows], k_w[k_rows], v_w]) * norm1.weight, qkv_b, parts)
+        self.o = _Product(o_w, o_b, parts)
+        self.gate_up = _Product(torch.cat([g_w, u_w]) * norm2.weight, None, parts)
+        self.down = _Product(d_w, None, parts)
 
 
-def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
-    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+def _interleaved(rows: int, head_dim: int, device: torch.device) -> torch.Tensor:
+    """Row order that interleaves each head's two RoPE halves: per head ``0, D/2, 1, D/2+1, ..., D/2-1, D-1``."""
+    within = torch.arange(head_dim, device=device).view(2, head_dim // 2).t().reshape(-1)
+    return (torch.arange(0, rows, head_dim, device=device)[:, None] + within).reshape(-1)
 
 
-def _rotary_tables(rotary: Any, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin`` of ``positions [b, t]`` as ``[b, 1, t, D]``, with the sign of rotate-half folded into sin."""
-    cos, sin = rotary(x, positions)  # [b, t, D], the model's own RoPE (any scaling type it implements)
-    half = sin.shape[-1] // 2
-    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-    return cos[:, None], sin[:, None]
+def _eps(norm: Any) -> float:
+    return float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6))
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE in the rotate-half convention of these architectures, on ``x [b, h, t, D]``.
+def _eps_tensor(norm: Any) -> torch.Tensor:
+    return torch.tensor(_eps(norm), dtype=torch.float32, device=norm.weight.device)
 
-    ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = (-x2, x1)``; the sign is folded into ``sin``
-    (see :func:`_rotary_tables`), which leaves a roll by half.
+
+def _normalize(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """``x / sqrt(mean(x^2) + eps)`` over the last dim, in float32: an RMSNorm whose weight the caller applies.
+
+    Through ``vector_norm`` and one ``addcmul``: four small ops where ``F.rms_norm`` runs about seven, which at
+    decode sizes (a few rows of 128 features) is what the norm costs (18 against 24 us a call on a 2-core EPYC).
     """
-    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
+    xf = x.float()
+    norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
+    return (xf * torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1]).rsqrt_()).to(x.dtype)
+
+
+def _rotations(rotary: Any, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """RoPE of ``positions [b, t]`` as complex rotations ``cos + i sin``, ``[b, t, 1, D/2]`` (float32).
+
+    The model's own rotary module computes the angles (any scaling type it implements). Its tables repeat the
+    frequencies over both halves of the head dim (``cat(freqs, freqs)``), so the first half holds every angle.
+    """
+    cos, sin = rotary(torch.empty(0, dtype=torch.float32, device=like.device), positions)  # [b, t, D]
+    half = cos.shape[-1] // 2
+    return torch.complex(cos[..., :half].float(), sin[..., :half].float())[:, :, None]
+
+
+def _rope(qk: torch.Tensor, rotations: torch.Tensor) -> None:
+    """RoPE in place on ``qk [b, t, n, D]`` whose heads hold interleaved pairs (see :class:`_Layer`).
+
+    Pair ``(x1, x2)`` becomes ``(x1 cos - x2 sin, x2 cos + x1 sin)``, rotate-half's result, as one complex product
+    ``(x1 + i x2)(cos + i sin)``: one op where rotate-half takes a roll, two products and a sum.
+    """
+    if qk.dtype in (torch.float32, torch.float64):
+        torch.view_as_complex(qk.unflatten(-1, (-1, 2))).mul_(rotations)
+    else:  # no complex type for bfloat16: rotate in float32
+        rotated = torch.view_as_complex(qk.float().unflatten(-1, (-1, 2))) * rotations
+        qk.copy_(torch.view_as_real(rotated).flatten(-2))
+
+
+class _Product:
+    """``F.linear(x, weight, bias)``; on a 2-thread CPU, one batched product over two blocks of output columns.
+
+    Why: at decode sizes (32 rows, 128-1536 features) MKL runs a plain product on one thread even when two are
+    free, about 50 GFLOP/s on a 2-core AMD EPYC, while ``bmm`` over two column blocks (``[2, k, n/2]``, stored
+    transposed and contiguous) runs the blocks on both threads: 65-100 GFLOP/s. From 8 to 512 rows it was faster
+    at every size tried, at 1 024 rows equal, and on one thread equal. Only where measured (a CPU, exactly two
+    intra-op threads): elsewhere ``blocks`` is 1 and this is ``F.linear``.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> None:
+        self.out, self.bias = weight.shape[0], bias
+        self.blocks = parts if parts > 1 and self.out % parts == 0 else 1
+        if self.blocks == 1:
+            self.weight = weight
+        else:  # [parts, k, n/parts]
+            self.weight = weight.view(self.blocks, self.out // self.blocks, -1).transpose(1, 2).contiguous()
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [m, k]`` times the weight, unbiased, as blocks ``[blocks, m, n/blocks]`` (``blocks > 1`` only)."""
+        return torch.bmm(x.expand(self.blocks, *x.shape), self.weight)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blocks == 1:
+            return F.linear(x, self.weight, self.bias)
+        y = self.split(x.reshape(-1, x.shape[-1])).transpose(0, 1).reshape(*x.shape[:-1], self.out)
+        return y if self.bias is None else y + self.bias
+
+    def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``x + self(h)``, the residual added by the product itself (``addmm``) or by the blocks' reassembly."""
+        if self.bias is not None:
+            return x + self(h)
+        m = x.shape[:-1].numel()
+        if self.blocks == 1:
+            return torch.addmm(x.reshape(m, -1), h.reshape(m, -1), self.weight.t()).view(x.shape)
+        blocks = self.split(h.reshape(m, -1))  # [blocks, m, n/blocks]
+        return torch.add(x.reshape(m, self.blocks, -1), blocks.transpose(0, 1)).view(x.shape)
 
 
 class _LlamaParts:
@@ -181,10 +255,18 @@ class LlamaDecoder(_LlamaParts):
 
     def __init__(self, model: Any) -> None:
         super().__init__(model)
-        self.layers = [_Layer(layer) for layer in model.model.layers]
+        # Two column blocks per product on a CPU with two intra-op threads (see _Product), else plain products.
+        parts = 2 if self.embed.device.type == "cpu" and torch.get_num_threads() == 2 else 1
+        self.layers = [_Layer(layer, self.head_dim, parts) for layer in model.model.layers]
+        self.final_eps = _eps_tensor(self.final_norm)
+        # Angles depend on the position alone unless the RoPE type rescales with the length seen so far
+        # (transformers' dynamic_rope_update: "dynamic" NTK and "longrope"); then they are computed per step.
+        rope_type = str(getattr(self.rotary, "rope_type", "default"))
+        self.static_rope = "dynamic" not in rope_type and rope_type != "longrope"
+        self.table = torch.empty(0, 1, self.head_dim // 2, dtype=torch.complex64)  # [L, 1, D/2]: rotation per position
         self.keys: list[torch.Tensor] = []  # per layer [b, K, L, D]
         self.values: list[torch.Tensor] = []
-        self.valid = torch.empty(0, 0, dtype=torch.bool)  # [b, L]: buffer slots a query may attend to
+        self.bias = torch.empty(0, 0)  # [b, L]: 0 on the buffer slots a query may attend to, -inf elsewhere
         self.length = 0
         self._turn = 1  # which of the two kept CPU storages _buffers handed out last
         self._kept: list[torch.Tensor] | None = None  # this decoder's pair of reused CPU storages, once it has one
@@ -199,36 +281,46 @@ class LlamaDecoder(_LlamaParts):
         return None if base is None else cls(base)
 
     def _attention_block(
-        self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, start: int, masked: torch.Tensor
+        self, i: int, x: torch.Tensor, rotations: torch.Tensor, start: int, mask: torch.Tensor
     ) -> torch.Tensor:
         """One layer on ``x [b, t, hidden]`` whose tokens go to buffer slots ``start .. start+t``.
 
-        ``masked`` is True where a query must not see a key: ``[b, 1, 1, start+t]`` when ``t == 1``, else
-        ``[b, 1, t, t]`` (the prompt pass).
+        ``mask``: in a decode step, ``[b*K, 1, start+1]`` added to the scores (0 or -inf); in the prompt pass, a
+        boolean ``[b, 1, t, t]``, True where a query may see a key.
         """
         layer, (b, t, _), d, heads, kv = self.layers[i], x.shape, self.head_dim, self.heads, self.kv_heads
-        qkv = F.linear(_rms(layer.norm1, x), layer.qkv_w, layer.qkv_b).view(b, t, heads + 2 * kv, d).transpose(1, 2)
-        qkv[:, : heads + kv] = _rotate(qkv[:, : heads + kv], cos, sin)  # RoPE on q and k at once
+        qkv = layer.qkv(_normalize(x, layer.eps1)).view(b, t, heads + 2 * kv, d)
+        _rope(qkv[:, :, : heads + kv], rotations)  # on q and k at once
+        qkv = qkv.transpose(1, 2)
         # Keys and values in separate buffers: a slice [:, :, :end] of a [b, K, L, D] buffer still merges its
         # (b, K) dims into one batch dim, so the products below read it in place (a joint [b, 2K, L, D] buffer
         # made matmul copy the whole cache at every step: 60 % of a decode step).
         self.keys[i][:, :, start : start + t] = qkv[:, heads : heads + kv]
         self.values[i][:, :, start : start + t] = qkv[:, heads + kv :]
         q, keys, values = qkv[:, :heads], self.keys[i][:, :, : start + t], self.values[i][:, :, : start + t]
-        if t == 1:  # one query per row: plain matrix products beat SDPA's CPU kernel here (0.5 vs 0.75 ms)
-            groups = q.reshape(b, kv, heads // kv, d)  # query heads sharing a KV head
-            scores = (groups @ keys.transpose(-1, -2)).masked_fill_(masked, float("-inf"))  # [b, K, H/K, end]
-            attn = (torch.softmax(scores, dim=-1) @ values).view(b, heads, 1, d)
+        if mask.dtype != torch.bool:  # a decode step: plain matrix products beat SDPA's CPU kernel (0.5 vs 0.75 ms)
+            end = start + 1
+            groups = q.reshape(b * kv, heads // kv, d)  # query heads sharing a KV head
+            scores = torch.baddbmm(mask, groups, keys.reshape(b * kv, end, d).transpose(1, 2))  # [b*K, H/K, end]
+            attn = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(b * kv, end, d)).view(b, heads, 1, d)
         else:
-            attn = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=~masked, scale=1.0, enable_gqa=kv != heads
-            )  # fmt: skip
-        x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
-        gate, up = F.linear(_rms(layer.norm2, x), layer.gate_up_w).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, layer.down_w)
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0, enable_gqa=kv != heads)
+        x = layer.o.add_to(x, attn.transpose(1, 2).reshape(b, t, heads * d))
+        h = _normalize(x, layer.eps2)
+        if layer.gate_up.blocks == 2:  # the two blocks are gate and up
+            gate, up = layer.gate_up.split(h.view(b * t, -1))
+        else:
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+        return layer.down.add_to(x, F.silu(gate) * up)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(_rms(self.final_norm, x), self.lm_head_w, self.lm_head_b).float()
+        hidden = _normalize(x, self.final_eps) * self.final_norm.weight
+        return F.linear(hidden, self.lm_head_w, self.lm_head_b).float()
+
+    def _rotations(self, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if self.static_rope:
+            return self.table[positions]
+        return _rotations(self.rotary, like, positions)
 
     def prefill(
         self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, new: int
@@ -238,27 +330,30 @@ class LlamaDecoder(_LlamaParts):
         x = F.embedding(input_ids, self.embed)
         # Slots are written before they are read, so the buffers need no initialisation.
         self.keys, self.values = self._buffers(x, b, t + new)
-        self.valid = torch.zeros(b, t + new, dtype=torch.bool, device=x.device)
-        self.valid[:, :t] = attention.bool()
+        valid = attention.bool()
+        self.bias = torch.full((b, t + new), float("-inf"), dtype=x.dtype, device=x.device)
+        self.bias[:, :t].masked_fill_(valid, 0.0)
+        if self.static_rope:  # every position this batch can reach, computed once
+            self.table = _rotations(self.rotary, x, torch.arange(t + new, device=x.device)[None])[0]
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         # A padding query attends to itself too, so that no row of the mask is empty (an empty row gives NaN,
         # and NaN keys would leak into real rows through 0 * NaN); its output is never used.
-        allowed = causal & (self.valid[:, None, :t] | torch.eye(t, dtype=torch.bool, device=x.device))  # [B, t, t]
-        cos, sin = _rotary_tables(self.rotary, x, positions)
+        allowed = causal & (valid[:, None, :] | torch.eye(t, dtype=torch.bool, device=x.device))  # [B, t, t]
+        rotations = self._rotations(x, positions)
         for i in range(len(self.layers)):
-            x = self._attention_block(i, x, cos, sin, 0, ~allowed[:, None])
+            x = self._attention_block(i, x, rotations, 0, allowed[:, None])
         self.length = t
         return self._logits(x[:, -1])
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Append one token per row (``tokens [b]``, ``positions [b]``); returns next-token logits ``[b, V]``."""
         x = F.embedding(tokens[:, None], self.embed)  # [b, 1, hidden]
-        slot = self.length
-        self.valid[:, slot] = True
-        masked = ~self.valid[:, None, None, : slot + 1]  # [b, 1, 1, slot+1]
-        cos, sin = _rotary_tables(self.rotary, x, positions[:, None])
+        slot, b, kv = self.length, tokens.shape[0], self.kv_heads
+        self.bias[:, slot] = 0.0
+        mask = self.bias[:, None, None, : slot + 1].expand(b, kv, 1, slot + 1).reshape(b * kv, 1, slot + 1)
+        rotations = self._rotations(x, positions[:, None])
         for i in range(len(self.layers)):
-            x = self._attention_block(i, x, cos, sin, slot, masked)
+            x = self._attention_block(i, x, rotations, slot, mask)
         self.length = slot + 1
         return self._logits(x[:, -1])
 
@@ -272,7 +367,7 @@ class LlamaDecoder(_LlamaParts):
         for old, fresh in zip((*self.keys, *self.values), (*keys, *values), strict=True):
             torch.index_select(old[:, :, :written], 0, index, out=fresh[:, :, :written])
         self.keys, self.values = keys, values
-        self.valid = self.valid.index_select(0, index)
+        self.bias = self.bias.index_select(0, index)
 
     def drop(self, order: list[int]) -> None:
         """Keep ``len(order)`` rows in the order of :func:`~lrmgym.policies.sampling.compaction_order`.
@@ -283,14 +378,14 @@ class LlamaDecoder(_LlamaParts):
         """
         moved = [j for j, row in enumerate(order) if row != j]
         if moved:
-            dst = torch.tensor(moved, dtype=torch.long, device=self.valid.device)
-            src = torch.tensor([order[j] for j in moved], dtype=torch.long, device=self.valid.device)
-            for buffer in (*self.keys, *self.values, self.valid):
+            dst = torch.tensor(moved, dtype=torch.long, device=self.bias.device)
+            src = torch.tensor([order[j] for j in moved], dtype=torch.long, device=self.bias.device)
+            for buffer in (*self.keys, *self.values, self.bias):
                 buffer.index_copy_(0, dst, buffer.index_select(0, src))
         n = len(order)
         self.keys = [buffer[:n] for buffer in self.keys]
         self.values = [buffer[:n] for buffer in self.values]
-        self.valid = self.valid[:n]
+        self.bias = self.bias[:n]
 
     def _buffers(self, like: torch.Tensor, rows: int, slots: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Uninitialised key and value buffers ``[rows, K, slots, D]`` per layer.

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lrmgym.policies.fastdecode import _linear_weights, _LlamaParts, _rotary_tables, _rotate, llama_like
+from lrmgym.policies.fastdecode import _eps, _linear_weights, _LlamaParts, llama_like
 
 __all__ = ["LlamaTrainer", "causal_lm_logits", "compile_unavailable"]
 
@@ -66,8 +66,21 @@ def compile_unavailable() -> str | None:
     return None if shutil.which(cxx) else f"the compiler {cxx!r} ($CXX, g++ when unset) is not on PATH"
 
 
-def _eps(norm: Any) -> float:
-    return float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6))
+def _rotary_tables(rotary: Any, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin`` of ``positions [b, t]`` as ``[b, 1, t, D]``, with the sign of rotate-half folded into sin."""
+    cos, sin = rotary(x, positions)  # [b, t, D], the model's own RoPE (any scaling type it implements)
+    half = sin.shape[-1] // 2
+    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos[:, None], sin[:, None]
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE in the rotate-half convention of these architectures, on ``x [b, h, t, D]``.
+
+    ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = (-x2, x1)``; the sign is folded into ``sin``
+    (see :func:`_rotary_tables`), which leaves a roll by half.
+    """
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 class _Normalize(torch.autograd.Function):

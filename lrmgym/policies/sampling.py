@@ -27,7 +27,9 @@ import torch
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.fastdecode import LlamaDecoder
 
-__all__ = ["BatchForward", "SampledSequence", "compaction_order", "filter_logits", "sample_batch", "sequence_logprobs"]
+__all__ = [
+    "BatchForward", "SampledSequence", "compaction_order", "draw", "filter_logits", "sample_batch", "sequence_logprobs",
+]  # fmt: skip
 
 
 @dataclass
@@ -64,6 +66,23 @@ def filter_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tenso
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+def draw(logq: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of ``logq [b, V]`` (log-probabilities, ``-inf`` for excluded tokens), drawn from ``exp(logq)``.
+
+    By inverting the cumulative distribution: one uniform ``u`` per row, and the first token whose cumulative
+    probability exceeds ``u`` times the row's total. Why not ``torch.multinomial``: on a CPU, with a generator,
+    it took 140-160 us a call for 32 rows of 103 tokens (an exponential draw per vocabulary entry), about 5 % of
+    the tiny model's decode step; this takes about half. The running sums are in float64, so that a large
+    vocabulary's rounding does not shift the boundaries. A token of probability 0 is never drawn: its interval
+    is empty, and ``u * total`` is kept below the total.
+    """
+    cdf = torch.cumsum(logq.exp(), -1, dtype=torch.float64)  # [b, V]
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device)
+    target = torch.minimum(u.mul_(total), torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True)[:, 0]
 
 
 def _forward_kwargs(model: torch.nn.Module) -> tuple[str, dict]:
@@ -155,7 +174,7 @@ def sample_batch(
             through ``stop_check`` and ``generator``).
         eos_ids: Token ids that end a sequence; the EOS token is kept in ``token_ids``.
         pad_id: Token id used for left padding (masked out, never attended to).
-        generator: The random generator for ``torch.multinomial``.
+        generator: The random generator of the draws (:func:`draw`).
         stop_check: Called with a row's generated ids after each new token; ``True`` ends the row ("stop").
 
     Returns:
@@ -193,9 +212,9 @@ def sample_batch(
             logp = torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
         else:
             logq = torch.log_softmax(filter_logits(logits, sampling), -1)  # [b, V]
-            token = torch.multinomial(logq.exp(), 1, generator=generator)[:, 0]
+            token = draw(logq, generator)
             logp = logq.gather(-1, token[:, None])[:, 0]
-        done = torch.isin(token, eos)
+        done = (token[:, None] == eos).any(-1)
         tokens, logps, dones = token.tolist(), logp.tolist(), done.tolist()
         keep: list[int] = []
         for i, row in enumerate(alive):

@@ -38,6 +38,8 @@ MODELS = [
     ("llama", {"attention_bias": True, "tie_word_embeddings": True}),
     ("mistral", {"num_key_value_heads": 1, "sliding_window": None}),
     ("qwen2", {"num_key_value_heads": 2}),  # q/k/v biases
+    # RoPE angles computed per step (transformers rescales "dynamic" RoPE with the length seen), not from a table
+    ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}),
 ]
 
 
@@ -51,10 +53,22 @@ def _left_padded(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torc
     return ids, att, (att.cumsum(-1) - 1).clamp(min=0)
 
 
+@pytest.fixture
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+# With two intra-op threads on a CPU the decoder runs each product as two column blocks (fastdecode._Product).
+@pytest.mark.parametrize("threads", [1, 2], indirect=True)
 @pytest.mark.parametrize(("kind", "extra"), MODELS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(MODELS)])
-def test_prefill_and_steps_match_model_forward(kind, extra):
+def test_prefill_and_steps_match_model_forward(kind, extra, threads):
     model = _model(kind, **extra)
     assert LlamaDecoder.build(model) is not None
+    assert LlamaDecoder.build(model).layers[0].gate_up.blocks == threads
+    assert LlamaDecoder.build(model).static_rope == ("rope_parameters" not in extra)
     prompts = [[3, 4, 5, 6, 7, 8], [9, 10], [11, 12, 13, 14], [15], [16, 17, 18]]
     ids, att, pos = _left_padded(prompts, pad=0)
     seqs = [list(p) for p in prompts]
@@ -82,7 +96,7 @@ def test_prefill_and_steps_match_model_forward(kind, extra):
                     dec.drop(changes[step])  # the sampler's compaction: rows moved in place
                 token = token[keep]
                 alive = [alive[i] for i in changes[step]]
-                assert dec.keys[0].shape[0] == dec.valid.shape[0] == len(alive)
+                assert dec.keys[0].shape[0] == dec.bias.shape[0] == len(alive)
             positions = torch.tensor([len(seqs[r]) - 1 for r in alive])
             fast = dec.step(token, positions)
 
