@@ -200,7 +200,7 @@ def test_a_real_arena_run_exports_the_strengths_behind_its_rewards(tmp_path):
         "run", "env=math", "judge=arena", "judge.arena.route_when=always", "learner.steps=1",
         "learner.prompts_per_step=4", "learner.group_size=4", "learner.max_new_tokens=40", "learner.log_samples=4",
         "learner.eval_before_after=false", "learner.async_rollouts=false", "learner.progress=false",
-        f"run.output_dir={tmp_path}", "run.name=arena",
+        f"run.output_dir={tmp_path}", "run.name=arena", "run.seed=1",
     ]  # fmt: skip
     trained = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert trained.exit_code == 0, trained.output
@@ -216,7 +216,9 @@ def test_a_real_arena_run_exports_the_strengths_behind_its_rewards(tmp_path):
         for r in group:  # the arena's reward: the group's strengths min-max normalised (0 when all tie)
             expected = (r["strength"] - low) / (high - low) if high > low else 0.0
             assert r["reward"] == pytest.approx(expected, abs=1e-9)  # the unrounded strength (raw_score)
-    assert spread >= 1  # a group the tournament separated (the seeded run has two)
+    # A group the tournament separated. Seed 1 draws tasks the tiny model is unsure of (it separates all four);
+    # on easy ones it writes the same answer four times and every group ties.
+    assert spread >= 1
     strength = {(r["prompt"], r["completion"]): r["strength"] for r in rows}
     pairs = _read(tmp_path / "pairs.jsonl")
     assert len(pairs) >= spread

@@ -189,7 +189,8 @@ def test_update_threads_take_the_same_step_as_one_thread(tmp_path, options):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
     assert sum(not torch.equal(a, c) for a, c in zip(after, before, strict=True)) > len(before) // 2  # it stepped
     for key in ("loss", "clip_frac", "entropy", "ratio_max", "compute/forward_tokens", "compute/flops_forward"):
-        assert stats_two[key] == pytest.approx(stats_one[key], rel=1e-5), key
+        # abs: a loss that cancels to about 0 (a sum of +- advantage terms) differs in its rounding alone
+        assert stats_two[key] == pytest.approx(stats_one[key], rel=1e-5, abs=1e-6), key
     one.close()
     two.close()
 
