@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import transformers
@@ -214,3 +216,27 @@ def test_two_live_decoders_keep_their_own_caches():
         b.prefill(ids, att, pos, new=2)  # with one shared storage, this overwrote a's cache
         torch.testing.assert_close(a.step(token, step_pos), expected, rtol=0, atol=0)
         assert a.keys[0].data_ptr() != b.keys[0].data_ptr()
+
+
+@pytest.mark.parametrize("threads", [1, 2], indirect=True)
+def test_bfloat16_decodes_as_closely_as_model_forward(threads):
+    # bfloat16 has no complex type: RoPE rotates in float32 and is copied back. The lean decoder in bfloat16 must
+    # stay as close to the float32 logits as the model's own bfloat16 forward (at most twice its error).
+    model = _model("llama", num_key_value_heads=2)
+    with torch.no_grad():  # sharp attention, so that positions (RoPE) move the logits well above bfloat16's error
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(20)
+            layer.self_attn.k_proj.weight.mul_(20)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    prompts = [[3, 4, 5, 6], [7, 8], [9, 10, 11]]
+    ids, att, pos = _left_padded(prompts, pad=0)
+    with torch.inference_mode():
+        dec = LlamaDecoder.build(half)
+        outs = [dec.prefill(ids, att, pos, new=4)]
+        seqs = [p + [t] for p, t in zip(prompts, [12, 13, 14], strict=True)]
+        outs.append(dec.step(torch.tensor([12, 13, 14]), torch.tensor([len(s) - 1 for s in seqs])))
+        for fast, rows in zip(outs, (prompts, seqs), strict=True):
+            exact = torch.stack([model(input_ids=torch.tensor([r])).logits[0, -1] for r in rows])
+            hf = torch.stack([half(input_ids=torch.tensor([r])).logits[0, -1].float() for r in rows])
+            assert fast.dtype == torch.float32
+            assert (fast - exact).abs().max() <= 2 * (hf - exact).abs().max() + 1e-3
