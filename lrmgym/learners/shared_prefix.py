@@ -74,7 +74,7 @@ def executed_flops(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     prompt_len: torch.Tensor | None,
-    owner: list[int] | None | EllipsisType = ...,
+    owner: list[int] | None,
 ) -> int:
     """Forward matmul FLOPs that :func:`forward_logprobs` runs on these rows through the lean forward.
 
@@ -84,11 +84,9 @@ def executed_flops(
     prompt, no padding. Exact for the lean forward (``tests/learners/test_flops.py`` checks it against torch's
     FlopCounterMode); through ``model.forward`` (a model the lean forward does not take) an estimate, since its
     attention kernels and where it computes logits differ (4 % on the test's tiny model). Backward: twice this.
-    ``owner``: :func:`sharing`'s result for these rows, when the caller has it (``...``: decided here).
+    ``owner``: :func:`sharing`'s result for these rows, the decision the pass took.
     """
     n, width = input_ids.shape
-    if owner is ...:
-        owner = sharing(input_ids, attention_mask, prompt_len)
     if owner is None:
         return n * chunk_flops(shape, width)
     assert prompt_len is not None  # sharing() returns None without it
@@ -134,7 +132,6 @@ def forward_logprobs(
         are computed.
     """
     n, width = input_ids.shape
-    lengths = attention_mask.sum(-1)
     trainer = LlamaTrainer.build(model, compiled) if lean and right_padded(attention_mask) else None
     if owner is ...:
         owner = sharing(input_ids, attention_mask, prompt_len)
@@ -158,7 +155,7 @@ def forward_logprobs(
     cols_p = torch.arange(width_p, device=device)
     pre_mask = (cols_p[None] < plen_u[:, None]).long()  # [U, P]
     prompts = torch.where(pre_mask.bool(), input_ids[rows_u, :width_p], pad_id)  # [U, P], right-padded
-    cont_len = lengths - plen  # [N]
+    cont_len = attention_mask.sum(-1) - plen  # [N]
     width_c = int(cont_len.max())
     cols_c = torch.arange(width_c, device=device)
     cont_mask = (cols_c[None] < cont_len[:, None]).long()  # [N, C]

@@ -33,7 +33,6 @@ from lrmgym.learners.flops import LlamaShape, forward_flops
 from lrmgym.learners.loop import LoopConfig
 from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
 from lrmgym.learners.rollout import TokenBatch, collate_advantages
-from lrmgym.learners.shared_prefix import prompt_groups
 from lrmgym.policies.fasttrain import compile_unavailable
 
 # adamw, check_trainable, derived_seed, usable_cpus and collate_advantages are re-exported for the learners.
@@ -323,7 +322,7 @@ class PolicyUpdater:
         lengths = batch.attention_mask.sum(-1).tolist()
         if self.cfg.shared_prefix:
             by_prompt: dict[int, list[int]] = {}
-            owner = prompt_groups(batch.input_ids, batch.prompt_len)
+            owner = shared_prefix.prompt_groups(batch.input_ids, batch.prompt_len)
             for r in rows:
                 by_prompt.setdefault(owner[r], []).append(r)
             units = list(by_prompt.values())

@@ -317,7 +317,8 @@ class LlamaDecoder(_LlamaParts):
         hidden = _normalize(x, self.final_eps) * self.final_norm.weight
         return F.linear(hidden, self.lm_head_w, self.lm_head_b).float()
 
-    def _rotations(self, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def _rotations_at(self, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """RoPE rotations of ``positions``: looked up in the batch's table, or computed (a dynamic RoPE type)."""
         if self.static_rope:
             return self.table[positions]
         return _rotations(self.rotary, like, positions)
@@ -339,7 +340,7 @@ class LlamaDecoder(_LlamaParts):
         # A padding query attends to itself too, so that no row of the mask is empty (an empty row gives NaN,
         # and NaN keys would leak into real rows through 0 * NaN); its output is never used.
         allowed = causal & (valid[:, None, :] | torch.eye(t, dtype=torch.bool, device=x.device))  # [B, t, t]
-        rotations = self._rotations(x, positions)
+        rotations = self._rotations_at(x, positions)
         for i in range(len(self.layers)):
             x = self._attention_block(i, x, rotations, 0, allowed[:, None])
         self.length = t
@@ -351,7 +352,7 @@ class LlamaDecoder(_LlamaParts):
         slot, b, kv = self.length, tokens.shape[0], self.kv_heads
         self.bias[:, slot] = 0.0
         mask = self.bias[:, None, None, : slot + 1].expand(b, kv, 1, slot + 1).reshape(b * kv, 1, slot + 1)
-        rotations = self._rotations(x, positions[:, None])
+        rotations = self._rotations_at(x, positions[:, None])
         for i in range(len(self.layers)):
             x = self._attention_block(i, x, rotations, slot, mask)
         self.length = slot + 1
