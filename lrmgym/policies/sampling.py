@@ -76,10 +76,18 @@ def draw(logq: torch.Tensor, generator: torch.Generator | None = None) -> torch.
     it took 140-160 us a call for 32 rows of 103 tokens (an exponential draw per vocabulary entry), about 5 % of
     the tiny model's decode step; this took 80 (60 %). The running sums are in float64, so that a large
     vocabulary's rounding does not shift the boundaries. A token of probability 0 is never drawn: its interval
-    is empty, and ``u * total`` is kept below the total.
+    is empty, and ``u * total`` is kept below the total. A row that is not finite raises ``ValueError``, as
+    ``torch.multinomial`` refused it.
     """
     cdf = torch.cumsum(logq.exp(), -1, dtype=torch.float64)  # [b, V]
     total = cdf[:, -1:]
+    if not bool(torch.isfinite(total).all()):  # NaN would fall past the last token, and draw a token id of V
+        rows = torch.nonzero(~torch.isfinite(total[:, 0]))[:, 0].tolist()
+        raise ValueError(
+            f"cannot sample: the next-token probabilities of rows {rows[:8]} are NaN or infinite (the model's logits "
+            "are not finite, so its weights have diverged); lower the learning rate, or resume from an earlier "
+            "checkpoint"
+        )
     u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device)
     target = torch.minimum(u.mul_(total), torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True)[:, 0]

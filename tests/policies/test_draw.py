@@ -51,3 +51,10 @@ def test_a_total_below_one_is_drawn_in_proportion(monkeypatch):
     monkeypatch.setattr(sampling_mod.torch, "rand", lambda shape, **kw: torch.full(shape, 0.5, dtype=kw["dtype"]))
     assert draw(logq).tolist() == [4]  # half the row's mass (0.25 of 0.5) ends inside token 4's interval
     assert math.isclose(float(torch.logsumexp(logq, -1)), math.log(0.5), rel_tol=1e-6)
+
+
+def test_a_diverged_model_is_refused_with_a_clear_error():
+    # NaN logits (diverged weights) must not become a token id past the vocabulary.
+    logq = torch.stack([PROBS.log(), torch.full_like(PROBS, float("nan"))])
+    with pytest.raises(ValueError, match=r"rows \[1\] are NaN or infinite.*lower the learning rate"):
+        draw(logq, torch.Generator().manual_seed(0))
