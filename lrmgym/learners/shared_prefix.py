@@ -2,10 +2,13 @@
 
 A GRPO step trains on G trajectories per task, and all G start with the same prompt tokens. A plain forward
 pass runs the prompt G times; here the distinct prompts of a micro-batch run once, with the KV cache kept
-(and differentiable), and the cache is indexed out to the rows that share each prompt before the rest of the
-trajectories (policy and env turns) runs on top of it. Gradients reaching the prompt's keys and values from
-the G rows add up in the backward pass of that index, so the result equals the plain pass up to float
-rounding. On the tiny default model prompts are about half of the tokens, and the update gets ~40 % cheaper.
+(and differentiable), and the rest of the trajectories (policy and env turns) runs on top of it: where the
+micro-batch holds whole groups in order (G rows of one prompt, then G of the next), each prompt's keys and values
+are broadcast over its rows inside the attention's concatenation; otherwise they are indexed out to one copy
+per row. Gradients reaching the prompt's keys and values from the G rows add up in the backward pass of that
+broadcast (a sum) or index (a scatter-add), so the result equals the plain pass up to float rounding. On the
+tiny default model prompts are about half of the tokens, and the update gets ~40 % cheaper; the broadcast takes
+another 3 % off a default update against the index (A/B on its own batches, one thread).
 
 Written here rather than taken from a library: TRL and OpenRLHF run the full sequences (TRL's
 ``shuffle_sequence_dict``/padding-free path packs but does not share prefixes), and transformers offers the
@@ -44,6 +47,16 @@ def _select_rows(cache: Any, index: torch.Tensor) -> Any:
         cache.reorder_cache(index)
         return cache
     return tuple(tuple(t.index_select(0, index) for t in layer) for layer in cache)  # legacy tuple format
+
+
+def _equal_runs(owner: list[int]) -> int:
+    """The rows per prompt where every prompt has the same number of consecutive rows, else 1.
+
+    ``G`` when ``owner`` is ``G`` rows of prompt 0, then ``G`` of prompt 1, ... (a GRPO micro-batch of whole
+    groups); 1 otherwise (then each row gets its own copy of its prompt's keys and values).
+    """
+    group = len(owner) // len(set(owner))
+    return group if owner == [i // group for i in range(len(owner))] else 1
 
 
 def _worth_sharing(owner: list[int], prompt_len: torch.Tensor, lengths: torch.Tensor, width: int) -> bool:
@@ -166,8 +179,10 @@ def forward_logprobs(
     if trainer is not None:
         hidden, kv = trainer.prefill(prompts)
         first = trainer.head(hidden[last])  # [U, V]: predicts policy token 1
-        past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]
-        logits_c = trainer.extend(cont, past, pre_mask.bool()[idx], positions)
+        group = _equal_runs(owner)
+        if group == 1:  # one prefix per row
+            kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]
+        logits_c = trainer.extend(cont, kv, pre_mask.bool()[idx], positions, group)
     else:
         out = model(input_ids=prompts, attention_mask=pre_mask, use_cache=True)
         first = out.logits[last]  # [U, V]: predicts policy token 1

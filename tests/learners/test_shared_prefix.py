@@ -8,7 +8,7 @@ import transformers
 
 from lrmgym.learners.losses import token_entropy, token_logprobs
 from lrmgym.learners.rollout import TokenizedTrajectory, collate
-from lrmgym.learners.shared_prefix import forward_logprobs, prompt_groups
+from lrmgym.learners.shared_prefix import _equal_runs, forward_logprobs, prompt_groups, sharing
 
 PAD = 0
 COMMON = {
@@ -62,6 +62,17 @@ def test_prompt_groups_match_equal_prompts():
     assert prompt_groups(batch.input_ids, batch.prompt_len) == [0, 0, 0, 1, 1, 2, 2]
 
 
+def test_equal_runs_finds_whole_groups_in_order():
+    assert _equal_runs([0, 0, 1, 1, 2, 2]) == 2
+    assert _equal_runs([0, 0, 0, 1, 1, 1]) == 3
+    assert _equal_runs([0, 0, 0, 1, 1, 2, 2]) == 1  # unequal groups (the _batch() layout)
+    assert _equal_runs([0, 1, 0, 1]) == 1  # interleaved
+    assert _equal_runs([0, 0, 1, 1, 1, 1]) == 1  # 6 rows, 2 prompts, but not 3 + 3
+
+
+# Rows 0, 1 | 3, 4 of _batch(): two prompts of two rows each, so the continuation pass broadcasts each prompt's
+# keys and values over its group (_equal_runs == 2) instead of copying them per row.
+@pytest.mark.parametrize("rows", [None, [0, 1, 3, 4]], ids=["ragged-groups", "equal-groups"])
 @pytest.mark.parametrize(
     "kind, extra",
     [
@@ -70,9 +81,11 @@ def test_prompt_groups_match_equal_prompts():
         ("qwen2", {"num_key_value_heads": 2}),
     ],
 )
-def test_logprobs_entropy_and_gradients_match_the_plain_pass(kind, extra):
+def test_logprobs_entropy_and_gradients_match_the_plain_pass(kind, extra, rows):
     model = _model(kind, **extra)
-    batch = _batch()
+    batch = _batch() if rows is None else _batch().select(rows)
+    owner = sharing(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    assert owner is not None and _equal_runs(owner) == (1 if rows is None else 2)
     mask = batch.loss_mask.float()
     weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2))
 
@@ -88,7 +101,7 @@ def test_logprobs_entropy_and_gradients_match_the_plain_pass(kind, extra):
     )
     shared_grads = grads(shared_lp)
     m = mask.bool()
-    assert m.sum() == 4 + 7 + 5 + 1 + 6 + 8 + 2  # every policy token is a target
+    assert m.sum() == batch.loss_mask.sum() == (33 if rows is None else 4 + 7 + 1 + 6)  # every policy token
     torch.testing.assert_close(shared_lp[m], plain_lp[m], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shared_ent[m], plain_ent[m], atol=1e-5, rtol=1e-5)
     prompt_targets = torch.arange(m.shape[1])[None] < batch.prompt_len[:, None] - 1
