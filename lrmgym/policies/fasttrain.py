@@ -10,18 +10,18 @@ backward 1.5-1.9x slower than two batched products and a softmax.
 
 This module computes the same function with the model's own parameters (so gradients land on them, and the
 optimizer, checkpoints and LoRA adapters are untouched): the model's own rotary-embedding module, RoPE as one
-roll and two products, RMSNorm as ``x / rms(x)`` with a hand-written backward and its weight folded into the
-products after it, attention as ``softmax(q k^T + mask) v`` with batched products and a causal mask only, and
-the LM head applied only where a caller needs logits. q/k/v and gate/up stay separate products here (unlike the
-decoder): with a gradient, one fused product's split output costs its backward more than the fusion saves.
-Measured on the default run's own update batches (A/B in one process, idle machine, thread CPU time, best of 8):
-374 ms per update against 404 ms through ``model.forward`` (7 % less). The rest is elementwise work that only a
-compiler fuses. ``compile=True`` (``learner.compile``) runs the layers through ``torch.compile`` (Inductor, dynamic
-shapes, so that the update's changing micro-batch shapes share one graph per kind of pass): on the default run's
-update batches 1.26x faster (555 against 698 ms per update, A/B in one process, 2-core AMD EPYC), but compiling
-took 80-220 s on that machine (the first time; Inductor's on-disk cache shortens later runs) and needs a C++
-compiler on a CPU, so it is off by default: it pays in runs of an hour, not in the default 530-s run. Eager mode
-and the compiled graph round differently (fused kernels), within float tolerance. Two kinds of call:
+complex product (on q/k rows reordered as in the decoder), RMSNorm as ``x / rms(x)`` with a hand-written backward
+and its weight folded into the products after it, attention as ``softmax(q k^T + mask) v`` with batched products and
+a causal mask only, and the LM head applied only where a caller needs logits. q/k/v and gate/up stay separate
+products here (unlike the decoder): with a gradient, one fused product's split output costs its backward more than
+the fusion saves. Measured on the default run's own update batches (A/B in one process, idle machine, thread CPU
+time, best of 8): 374 ms per update against 404 ms through ``model.forward`` (7 % less). The rest is elementwise
+work that only a compiler fuses. ``compile=True`` (``learner.compile``) runs the layers through ``torch.compile``
+(Inductor, dynamic shapes, so that the update's changing micro-batch shapes share one graph per kind of pass): on
+the default run's update batches 1.26x faster (555 against 698 ms per update, A/B in one process, 2-core AMD EPYC),
+but compiling took 80-220 s on that machine (the first time; Inductor's on-disk cache shortens later runs) and needs
+a C++ compiler on a CPU, so it is off by default: it pays in runs of an hour, not in the default 530-s run. Eager
+mode and the compiled graph round differently (fused kernels), within float tolerance. Two kinds of call:
 
 - :meth:`LlamaTrainer.logits`: right-padded rows from position 0 (the plain training pass). Right padding means
   that a real token never attends to padding (padding comes after it), so the causal mask is the whole mask.
@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lrmgym.policies.fastdecode import _eps, _linear_weights, _LlamaParts, llama_like
+from lrmgym.policies.fastdecode import _eps, _interleaved, _linear_weights, _LlamaParts, _rotations, llama_like
 
 __all__ = ["LlamaTrainer", "causal_lm_logits", "compile_unavailable"]
 
@@ -66,21 +66,16 @@ def compile_unavailable() -> str | None:
     return None if shutil.which(cxx) else f"the compiler {cxx!r} ($CXX, g++ when unset) is not on PATH"
 
 
-def _rotary_tables(rotary: Any, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin`` of ``positions [b, t]`` as ``[b, 1, t, D]``, with the sign of rotate-half folded into sin."""
-    cos, sin = rotary(x, positions)  # [b, t, D], the model's own RoPE (any scaling type it implements)
-    half = sin.shape[-1] // 2
-    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-    return cos[:, None], sin[:, None]
+def _rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """RoPE on ``x [b, t, n, D]`` whose heads hold interleaved pairs (see :class:`_TrainLayer`), out of place.
 
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE in the rotate-half convention of these architectures, on ``x [b, h, t, D]``.
-
-    ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = (-x2, x1)``; the sign is folded into ``sin``
-    (see :func:`_rotary_tables`), which leaves a roll by half.
+    One complex product per pair, differentiable (its backward is one product by the conjugate), where
+    rotate-half's ``x * cos + roll(x) * sin`` takes a roll, two products and a sum forward and as many backward:
+    0.24 against 0.35 ms forward and backward on one ``[40, 22, 4, 32]`` projection (one thread). bfloat16, which
+    has no complex type, rotates in float32.
     """
-    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
+    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * rotations).flatten(-2).to(x.dtype)
 
 
 class _Normalize(torch.autograd.Function):
@@ -110,7 +105,10 @@ class _Normalize(torch.autograd.Function):
 class _TrainLayer:
     """One decoder layer's (effective) weights, the attention scale and the norms' weights folded in.
 
-    The scale goes into q's rows; each norm's weight into the columns of the products that read the norm.
+    The scale goes into q's rows; each norm's weight into the columns of the products that read the norm. As in
+    the decoder, each head's q and k rows are reordered so that RoPE's two halves are interleaved (see
+    :class:`~lrmgym.policies.fastdecode._Layer`): q.k, and so attention, is unchanged, and RoPE is one complex
+    product (:func:`_rope`). The keys this forward keeps are in that order too.
 
     Unlike the decoder's :class:`~lrmgym.policies.fastdecode._Layer`, q/k/v and gate/up stay separate products:
     with a gradient, splitting one fused output costs its backward a concatenation (or a zero-filled buffer and a
@@ -118,7 +116,7 @@ class _TrainLayer:
     model: a fused forward and backward took 18 % longer than separate products).
     """
 
-    def __init__(self, layer: Any) -> None:
+    def __init__(self, layer: Any, head_dim: int) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
         scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))  # RoPE is linear: scaling q first is the same
@@ -129,8 +127,10 @@ class _TrainLayer:
         gate_w, up_w, self.down_w = (_linear_weights(m)[0] for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))  # type: ignore[index]
         # The norms' weights are folded into the products that read them (see _Normalize).
         n1, n2 = self.norm1.weight, self.norm2.weight
-        self.q_w, self.q_b = q_w * (n1 * scaling), (q_b * scaling if q_b is not None else None)
-        self.k_w, self.v_w = k_w * n1, v_w * n1
+        q_rows, k_rows = (_interleaved(w.shape[0], head_dim, w.device) for w in (q_w, k_w))
+        self.q_w, self.q_b = (q_w * (n1 * scaling))[q_rows], (q_b[q_rows] * scaling if q_b is not None else None)
+        self.k_w, self.k_b = (k_w * n1)[k_rows], (self.k_b[k_rows] if self.k_b is not None else None)
+        self.v_w = v_w * n1
         self.gate_w, self.up_w = gate_w * n2, up_w * n2
         self.eps1, self.eps2 = _eps(self.norm1), _eps(self.norm2)
 
@@ -161,7 +161,7 @@ class LlamaTrainer(_LlamaParts):
     def __init__(self, model: Any, compiled: bool = False) -> None:
         super().__init__(model)
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
-        self.layers = [_TrainLayer(layer) for layer in model.model.layers]
+        self.layers = [_TrainLayer(layer, self.head_dim) for layer in model.model.layers]
         self.final_eps = _eps(self.final_norm)
         self._layers = functools.partial(_compiled_run(), self) if compiled else self._run
 
@@ -188,14 +188,13 @@ class LlamaTrainer(_LlamaParts):
         b, t = ids.shape
         heads, kv, d = self.heads, self.kv_heads, self.head_dim
         x = F.embedding(ids, self.embed, padding_idx=self.padding_idx)
-        cos, sin = _rotary_tables(self.rotary, x, positions)
+        rotations = _rotations(self.rotary, x, positions)  # [b, t, 1, D/2], complex
         kept: KV = []
         for i, layer in enumerate(self.layers):
             h = _Normalize.apply(x, layer.eps1)
-            q = F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d).transpose(1, 2)  # [b, H, t, D]
-            k = F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d).transpose(1, 2)
+            q = _rope(F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), rotations).transpose(1, 2)  # [b, H, t, D]
+            k = _rope(F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d), rotations).transpose(1, 2)
             v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             kept.append((k, v))
             if past is not None:
                 k, v = _after_prefix(past[i][0], k, group), _after_prefix(past[i][1], v, group)

@@ -185,8 +185,11 @@ def test_update_threads_take_the_same_step_as_one_thread(tmp_path, options):
     for a, b in zip(_grads(one.updater.model), _grads(two.updater.model), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-7)  # Adam's first step hides the size: compare grads
     after = _params(one.updater.model)
-    for a, b in zip(after, _params(two.updater.model), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    for a, b, g in zip(after, _params(two.updater.model), _grads(one.updater.model), strict=True):
+        # Adam's first step is lr * g / (|g| + 1e-8): where |g| is near 1e-8 it turns rounding-level gradient
+        # differences into a step of any size, so the parameters are compared where the gradient is clear of it.
+        clear = g.abs() > 1e-5
+        torch.testing.assert_close(b[clear], a[clear], rtol=1e-5, atol=1e-7)
     assert sum(not torch.equal(a, c) for a, c in zip(after, before, strict=True)) > len(before) // 2  # it stepped
     for key in ("loss", "clip_frac", "entropy", "ratio_max", "compute/forward_tokens", "compute/flops_forward"):
         # abs: a loss that cancels to about 0 (a sum of +- advantage terms) differs in its rounding alone
