@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from lrmgym.learners.shared_prefix import _worth_sharing, forward_logprobs, prompt_groups
-from lrmgym.policies.fasttrain import LlamaTrainer, causal_lm_logits, compile_unavailable, right_padded
+from lrmgym.policies.fasttrain import LlamaTrainer, _Normalize, causal_lm_logits, compile_unavailable, right_padded
 
 COMMON = {
     "vocab_size": 40, "hidden_size": 64, "intermediate_size": 80, "num_hidden_layers": 2,
@@ -62,6 +62,27 @@ def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
 
 
 ROWS = [[3, 4, 0, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16]]  # a token 0 inside a row too
+
+
+def test_the_norms_hand_written_backward_is_the_derivative():
+    # float64 finite differences against the backward: rows of different scales, eps large enough to matter
+    x = (torch.randn(5, 3, 8, dtype=torch.float64) * torch.tensor([0.01, 1.0, 30.0])[:, None]).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: _Normalize.apply(t, 1e-3), (x,))
+    ref = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-3)
+    torch.testing.assert_close(_Normalize.apply(x, 1e-3), ref)
+
+
+def test_the_norm_runs_bfloat16_in_float32():
+    x = torch.randn(4, 64).requires_grad_()
+    xb = x.detach().bfloat16().requires_grad_()
+    y, yb = _Normalize.apply(x, 1e-6), _Normalize.apply(xb, 1e-6)
+    assert yb.dtype == torch.bfloat16
+    torch.testing.assert_close(yb.float(), y, atol=2e-2, rtol=1e-2)  # bfloat16's own rounding of the output
+    g = torch.randn(4, 64)
+    y.backward(g)
+    yb.backward(g.bfloat16())
+    assert xb.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(xb.grad.float(), x.grad, atol=5e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize(("kind", "extra"), MODELS, ids=IDS)
