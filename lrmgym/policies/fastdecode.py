@@ -165,8 +165,13 @@ def _normalize(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     decode sizes (a few rows of 128 features) is what the norm costs (18 against 24 us a call on a 2-core EPYC).
     """
     xf = x.float()
+    return (xf * _inv_rms(xf, eps)).to(x.dtype)
+
+
+def _inv_rms(xf: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """``1 / sqrt(mean(xf^2) + eps)`` over the last dim (kept): one ``vector_norm`` pass, then per-row work."""
     norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
-    return (xf * torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1]).rsqrt_()).to(x.dtype)
+    return torch.addcmul(eps, norm, norm, value=1.0 / xf.shape[-1]).rsqrt_()
 
 
 def _rotations(rotary: Any, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -189,8 +194,16 @@ def _rope(qk: torch.Tensor, rotations: torch.Tensor) -> None:
     if qk.dtype in (torch.float32, torch.float64):
         torch.view_as_complex(qk.unflatten(-1, (-1, 2))).mul_(rotations)
     else:  # no complex type for bfloat16: rotate in float32
-        rotated = torch.view_as_complex(qk.float().unflatten(-1, (-1, 2))) * rotations
-        qk.copy_(torch.view_as_real(rotated).flatten(-2))
+        qk.copy_(_rotated(qk, rotations))
+
+
+def _rotated(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """:func:`_rope` out of place, and differentiable (the training forward's RoPE).
+
+    Its backward is one product by the conjugate. A dtype without a complex type (bfloat16) rotates in float32.
+    """
+    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * rotations).flatten(-2).to(x.dtype)
 
 
 class _Product:
