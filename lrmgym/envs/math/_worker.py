@@ -23,7 +23,8 @@ What the worker adds to math-verify on the *prediction* (the gold is parsed as b
   of several ``$...$`` blocks; ``\approx`` is read as ``=``.
 - Every equation in the answer must hold: ``3 = 4``, ``x = 3 = 4`` and ``\sqrt{16} = 5`` are incorrect.
   A side that is only names (``x``, ``AB``, ``f(2)``, ``x^2``) labels the value; any other side must equal
-  the one it is set to (unless the gold is itself an equation, as in ``5x - 7y = 0``).
+  the one it is set to (unless the gold is itself an equation, as in ``5x - 7y = 0``). In a chain, every
+  value the names join must agree: ``\sqrt{16} = x = 5`` and ``3 = x = y = 4`` are incorrect.
 - ``3e3`` is scientific notation (math-verify reads ``3*e*3``), and when a comparison fails with a
   lower-case ``i`` in it, it is retried with ``i`` as the imaginary unit (``e^{i\pi} = -1``).
 
@@ -250,9 +251,13 @@ class _Checker:
         it is an identity; when the gold is itself an equation, a pred that is one equation (``2x + y = 0``)
         is left to math-verify, but each link of a chain (``y = 4 = 2x + 3``) is still checked.
         """
-        from sympy import Eq, preorder_traversal
+        from sympy import And, Eq, preorder_traversal
 
         for node in preorder_traversal(pred):
+            if isinstance(node, And) and node.args and all(isinstance(link, Eq) for link in node.args):
+                if self._false_chain(node.args):
+                    return True
+                continue
             if not isinstance(node, Eq):
                 continue
             lhs, rhs = node.lhs, node.rhs
@@ -260,6 +265,30 @@ class _Checker:
                 if (gold_is_relation and node is pred) or _is_name(lhs) or _is_name(rhs):
                     continue
             if not self._equal(rhs, lhs):
+                return True
+        return False
+
+    def _false_chain(self, links: tuple[Any, ...]) -> bool:
+        r"""Whether a chain ``a = x = b`` (math-verify's ``And`` of its links) sets two unequal values equal.
+
+        A name in the middle (``\sqrt{16} = x = 5``) makes each link look like a label; but every side the
+        names join must agree: the values of one chain (sides that are not names) must all be equal.
+        """
+        parent: dict[Any, Any] = {}
+
+        def root(side: Any) -> Any:
+            while parent.setdefault(side, side) is not side:
+                side = parent[side]
+            return side
+
+        for link in links:
+            parent[root(link.lhs)] = root(link.rhs)
+        values: dict[Any, Any] = {}
+        for side in list(parent):
+            if _is_name(side):
+                continue
+            first = values.setdefault(root(side), side)
+            if first is not side and not self._equal(first, side):
                 return True
         return False
 

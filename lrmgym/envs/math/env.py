@@ -14,12 +14,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lrmgym.core import Completion, Component, Task, TextEnv, Verdict
-from lrmgym.envs.math import generator, loaders
+from lrmgym.envs.math import forms, generator, loaders
 from lrmgym.envs.math.extract import extract_answer
 from lrmgym.envs.math.templates import INSTRUCTIONS, render_prompt, render_solution
 from lrmgym.envs.math.verify import default_pool, verify_answer
 
-__all__ = ["MathConfig", "MathEnv"]
+__all__ = ["MathConfig", "MathEnv", "task_form"]
 
 _NAMED_SOURCES = ("procedural", "gsm8k", "math500")
 
@@ -136,6 +136,25 @@ def _local_split(path: Path, config: MathConfig) -> list[loaders.Item]:
     return items
 
 
+def task_form(task: Task) -> tuple[str, str]:
+    """``(question, answer form)`` of a math task: the form it declares, else the one its question asks for.
+
+    Generated and data-set tasks declare ``metadata["answer_form"]``; a task built elsewhere (a judge file's
+    record, a test) gets :func:`lrmgym.envs.math.forms.infer_form` of its ``metadata["question"]`` (else its
+    prompt text) and gold, so a rebuilt task is graded in the same form.
+    """
+    question = task.metadata.get("question")
+    if not isinstance(question, str):
+        prompt = task.prompt
+        if isinstance(prompt, list):
+            prompt = " ".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+        question = prompt if isinstance(prompt, str) else ""
+    form = task.metadata.get("answer_form")
+    if form not in forms.FORMS:
+        form = forms.infer_form(question, "" if task.answer is None else str(task.answer))
+    return question, form
+
+
 class MathEnv(TextEnv):
     """Math problems with verifiable answers: procedural (5 levels), GSM8K, MATH-500 or a local file.
 
@@ -198,6 +217,7 @@ class MathEnv(TextEnv):
                 "difficulty": level,
                 "kind": problem.kind,
                 "question": question,
+                "answer_form": problem.answer_form,
                 "steps": problem.steps,
                 "solution": render_solution(problem.steps, problem.answer_text, cfg.template),
                 "template": cfg.template,
@@ -243,13 +263,21 @@ class MathEnv(TextEnv):
     def verify(self, task: Task, completion: Completion) -> Verdict:
         """Extract the answer in the task's format, then grade it with :func:`.verify.verify_answer`.
 
-        A format failure scores 0. ``score=None`` (ungradeable) only for our failures (see the class docstring).
+        The answer must be in the task's declared form (``metadata["answer_form"]``, else inferred from its
+        question and gold: :func:`task_form`). A format failure scores 0. ``score=None`` (ungradeable) only for
+        our failures (see the class docstring).
         """
         answer, failed = self._extract(task, Completion.coerce(completion))
         if failed is not None:
             return failed
+        question, form = task_form(task)
         verdict = verify_answer(
-            answer, task.answer, timeout_s=self.config.timeout_s, max_answer_chars=self.config.max_answer_chars
+            answer,
+            task.answer,
+            timeout_s=self.config.timeout_s,
+            max_answer_chars=self.config.max_answer_chars,
+            form=form,
+            question=question,
         )
         return verdict.replace(format_ok=True)
 

@@ -10,6 +10,9 @@ Levels:
 4. Linear equations (``3x+7=25``, ``5x+3=2x+18``, answers may be fractions) and percentage changes.
 5. Templated multi-step word problems (shopping, change, rates, shares, tanks), some with fraction answers.
 
+Every problem declares the form of its answer (:attr:`Problem.answer_form`: a plain number, or a fraction in
+lowest terms), which the verifier checks, so restating the question (``11 × 9 - 52``) earns nothing.
+
 Every problem carries worked steps short enough for a character-level model (``93+13=106;106+41=147``);
 :func:`lrmgym.envs.math.templates.render_solution` writes them in any answer template.
 
@@ -59,6 +62,15 @@ class Problem:
     def answer_text(self) -> str:
         """The answer as the verifier's gold string (``147``, ``-3``, ``19/12``)."""
         return format_number(self.answer)
+
+    @property
+    def answer_form(self) -> str:
+        """The form the answer must take (:mod:`lrmgym.envs.math.forms`).
+
+        ``"fraction"`` (lowest terms, no decimal) for the fraction arithmetic of level 3, ``"number"`` (a plain
+        number, fractions in lowest terms) for every other problem. No generated question asks for a percentage.
+        """
+        return "fraction" if self.kind == "fraction" else "number"
 
     @property
     def canonical(self) -> str:

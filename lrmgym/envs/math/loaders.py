@@ -8,6 +8,9 @@ r"""Loaders for math data sets in their native formats, read from local files on
 - Any local JSONL (optionally gzipped), JSON list, parquet file or Hugging Face ``datasets`` folder saved
   with ``save_to_disk``, with configurable question and answer fields.
 
+Every item declares ``metadata["answer_form"]``, the form its question asks for
+(:func:`lrmgym.envs.math.forms.infer_form`), which the verifier checks.
+
 The default location of the bundled-by-reference copies is ``$LRMGYM_DATA_DIR``, else
 ``$LRMGYM_SHARED_DATA``, else ``../shared/data`` beside the checkout.
 """
@@ -23,6 +26,7 @@ from typing import Any
 
 from lrmgym.envs._jsonl import check_file, iter_jsonl, read_json
 from lrmgym.envs.math.extract import braced
+from lrmgym.envs.math.forms import infer_form
 
 __all__ = [
     "Item",
@@ -224,8 +228,14 @@ def load_gsm8k(path: str | Path, split: str) -> list[Item]:
         items.append(
             Item(
                 question,
-                gsm8k_answer(rationale, where),
-                {"source": "gsm8k", "split": split, "index": index, "reference_solution": reference},
+                gold := gsm8k_answer(rationale, where),
+                {
+                    "source": "gsm8k",
+                    "split": split,
+                    "index": index,
+                    "reference_solution": reference,
+                    "answer_form": infer_form(question, gold),
+                },
             )
         )
     return items
@@ -256,6 +266,7 @@ def load_math(path: str | Path, split: str, source: str = "math") -> list[Item]:
             "subject": row.get("subject", row.get("type")),
             "unique_id": row.get("unique_id"),
             "reference_solution": row.get("solution"),
+            "answer_form": infer_form(problem, str(answer).strip()),
         }
         items.append(Item(problem, str(answer).strip(), metadata))
     return items
@@ -279,6 +290,7 @@ def load_records(path: str | Path, split: str, question_field: str, answer_field
         elif "\\boxed" in answer and (boxed := last_boxed(answer)) is not None:
             answer = boxed
         meta = {"source": str(path), "split": split, "index": index}
+        meta["answer_form"] = infer_form(question, answer.strip())
         if "level" in row:
             meta["difficulty"] = row["level"]
         items.append(Item(question, answer.strip(), meta))

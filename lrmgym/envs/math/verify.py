@@ -65,6 +65,7 @@ from typing import Any
 
 from lrmgym.cache import ContentCache
 from lrmgym.core import Component, Verdict
+from lrmgym.envs.math.forms import FORMS, form_reason, strip_percent
 from lrmgym.envs.math.shape import base_numeral, hedge_reason, sole_block, value_part
 
 __all__ = [
@@ -107,7 +108,10 @@ _STRIP_RE = re.compile(r"\\[!,;: ]|\\left|\\right|\s+")
 _INT_RE = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)")  # "0,111" is not a thousands number
 _DEC_RE = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d*)\.\d+")  # 1,000.99 too
 _SLASH_RE = re.compile(r"([+-]?)(\d+)/(\d+)")
-_FRAC_RE = re.compile(r"([+-]?)\\[dt]?frac(?:\{(\d+)\}\{(\d+)\}|(\d)(\d))")
+_FRAC_RE = re.compile(r"([+-]?)\\[dt]?frac(?:\{([+-]?\d+)\}\{(\d+)\}|(\d)(\d))")
+# A number wrapped whole in brackets, with an optional sign: (0.5), -{0.5}, [0.5], \{0.5\}
+_WRAPPED_RE = re.compile(r"([+-]?)(\\\{|[(\[{])(.*?)(\\\}|[)\]}])")
+_BRACKET_PAIRS = {"(": ")", "[": "]", "{": "}", "\\{": "\\}"}
 # 3e3, 1.5E-3, 6.72\times10^{-5}, 2\cdot 10^3: the exponent is capped at 3 digits so no literal is huge
 _SCI_RE = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d{1,3})|\\(?:times|cdot)10\^(\{[+-]?\d{1,3}\}|\d))")
 
@@ -187,10 +191,37 @@ def _decimal(sign: str, mantissa: str, exponent: int) -> _Number:
     return _Number(value, True, len(frac) - exponent, len(digits))
 
 
+def _unwrap(text: str) -> str:
+    r"""``text`` without brackets around the whole of it, signs kept: ``-(-0.5)`` -> ``0.5``, ``\{3\}`` -> ``3``.
+
+    One rule for every wrapper: a bracketed number is read, and rounded, as the number itself (math-verify
+    read ``(0.0000667)`` with its 6-decimal tolerance, so the rounding rule never saw it).
+    """
+    negative, unwrapped = False, False
+    while (match := _WRAPPED_RE.fullmatch(text)) and _BRACKET_PAIRS[match.group(2)] == match.group(4):
+        inner, depth = match.group(3), 0
+        for ch in inner:
+            depth += (ch in "([{") - (ch in ")]}")
+            if depth < 0:
+                return _signed(text, negative) if unwrapped else text
+        if depth != 0:
+            break
+        negative ^= match.group(1) == "-"
+        text, unwrapped = inner, True
+    return _signed(text, negative) if unwrapped else text
+
+
+def _signed(text: str, negative: bool) -> str:
+    if not negative:
+        return text
+    return text[1:] if text.startswith("-") else "-" + text.removeprefix("+")
+
+
 def _plain_number(text: str) -> _Number | None:
     text = _normalise(text)
     if not text or len(text) > _FAST_PATH_MAX_CHARS:
         return None
+    text = _unwrap(text)
     try:
         if _INT_RE.fullmatch(text):
             return _Number(Fraction(int(text.replace(",", ""))), False)
@@ -287,8 +318,9 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _cache_key(prediction: str, gold: str) -> str:
-    data = f"{len(gold)}:{gold}\x00{prediction}".encode("utf-8", "surrogatepass")
+def _cache_key(prediction: str, gold: str, form: str | None = None, question: str = "") -> str:
+    data = f"{len(gold)}:{gold}\x00{form}\x00{len(question)}:{question}\x00{prediction}"
+    data = data.encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()
 
 
@@ -640,9 +672,42 @@ def _slow_outcome(reply: dict[str, Any], timeout_s: float) -> _Outcome:
     return _ungradeable(f"verifier error {reply.get('error', status)}")
 
 
-def _decide(prediction: str, gold: str, timeout_s: float, pool: VerifierPool | None) -> tuple[_Outcome, bool]:
-    """``(outcome, cacheable)`` of a pre-filtered pair: string rules, the fast path, then a worker."""
+def _decimal_text(value: Fraction, places: int) -> str:
+    """``value`` written with ``places`` decimals (it must have no more); an integer or ``a/b`` when ``places <= 0``."""
+    if places <= 0:
+        return f"{value.numerator}" if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    scaled = value * 10**places
+    digits = str(abs(scaled.numerator // scaled.denominator)).rjust(places + 1, "0")
+    return f"{'-' if value < 0 else ''}{digits[:-places]}.{digits[-places:]}"
+
+
+def _read_percent(prediction: str, gold: str, percent: bool) -> tuple[str, str]:
+    r"""The pair with a final percent sign read one way.
+
+    As the number of percent when ``percent`` (the task asks for a percentage), else as hundredths
+    (``50\%`` is ``1/2``, ``12.5\%`` is ``0.125``, ``\frac{1}{2}\%`` is ``\frac{\frac{1}{2}}{100}``).
+    """
+    body, had = strip_percent(value_part(prediction))
+    if percent:
+        return (body if had else prediction), strip_percent(gold)[0]
+    if not had:
+        return prediction, gold
+    number = _plain_number(body)
+    if number is None:
+        return f"\\frac{{{body}}}{{100}}", gold
+    if number.decimal:
+        return _decimal_text(number.value / 100, number.places + 2), gold
+    return _decimal_text(number.value / 100, 0), gold
+
+
+def _decide(
+    prediction: str, gold: str, timeout_s: float, pool: VerifierPool | None, form: str | None = None, question: str = ""
+) -> tuple[_Outcome, bool]:
+    """``(outcome, cacheable)`` of a pre-filtered pair: the form, string rules, the fast path, then a worker."""
     prediction = sole_block(prediction)
+    if form is not None and (why := form_reason(prediction, form, question, gold)) is not None:
+        return _incorrect(f"incorrect: {why}"), True
+    prediction, gold = _read_percent(prediction, gold, form == "percent" or strip_percent(gold)[1])
     fast = _fast_verdict(prediction, gold)
     if fast is not None and fast[0] and fast[1] == "correct (same answer string)":
         return _Outcome(1.0, True, fast[1]), True
@@ -689,6 +754,8 @@ def verify_answer(
     max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
     use_cache: bool = True,
     pool: VerifierPool | None = None,
+    form: str | None = None,
+    question: str = "",
 ) -> Verdict:
     """Grade an extracted answer against the gold answer. Never raises for any ``prediction``.
 
@@ -703,6 +770,13 @@ def verify_answer(
         max_answer_chars: Answers longer than this are incorrect without being parsed.
         use_cache: Reuse and store verdicts keyed by the content hash of the pair.
         pool: The worker pool to use; default: the module-level :func:`default_pool`.
+        form: The answer form the task declares (:data:`lrmgym.envs.math.forms.FORMS`); an answer not in it
+            is incorrect. ``None``: values only (the percent sign is still read one way, see the module
+            docstring).
+        question: The task's question: an answer that restates an expression of it is incorrect.
+
+    Raises:
+        ValueError: ``timeout_s`` is not positive, or ``form`` is not a known form.
 
     Returns:
         A :class:`~lrmgym.core.Verdict` with ``score`` 1.0 / 0.0 / ``None`` (ungradeable), ``parsed`` the
@@ -710,6 +784,9 @@ def verify_answer(
     """
     if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}.")
+    if form is not None and form not in FORMS:
+        raise ValueError(f"form must be one of {', '.join(FORMS)} or None, got {form!r}.")
+    question = question if isinstance(question, str) else ""
     start = time.perf_counter()
     gold_text = "" if gold is None else str(gold)
     # What the verdict shows: at most 200 characters, lone surrogates escaped so logs and JSON never choke.
@@ -724,12 +801,12 @@ def verify_answer(
     elif (why := prefilter(prediction, gold_text, max_answer_chars)) is not None:
         outcome = _incorrect(f"rejected: {why}")
     else:
-        key = _cache_key(prediction, gold_text) if use_cache else ""
+        key = _cache_key(prediction, gold_text, form, question) if use_cache else ""
         cached, hit = _CACHE.get(key) if use_cache else (False, None)
         if cached:
             outcome = _Outcome(*hit)
         else:
-            outcome, cacheable = _decide(prediction, gold_text, timeout_s, pool)
+            outcome, cacheable = _decide(prediction, gold_text, timeout_s, pool, form, question)
             if use_cache and cacheable:
                 _CACHE.put(key, (outcome.score, outcome.correct, outcome.reason))
     latency = time.perf_counter() - start
