@@ -59,7 +59,9 @@ _PERCENT_TAIL_RE = re.compile(
 # Units and labels around a number: \text{ cm}^2, \mbox{dollars}, ^\circ, \$, trailing words.
 _UNIT_GROUP_RE = re.compile(r"\\(?:text|mbox|mathrm|textrm|textnormal|operatorname)\s*\{[A-Za-z .]*\}(?:\^\{?[23]\}?)?")
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|°")
-_TRAILING_WORDS_RE = re.compile(r"(?<=[\d}])\s*[A-Za-z][A-Za-z .]*$")
+# Unit words after a number (``47 apples``): a space, then a word of two letters or more, so that ``2k`` and
+# ``-2x`` stay expressions.
+_TRAILING_WORDS_RE = re.compile(r"(?<=[\d}])\s+[A-Za-z]{2,}[A-Za-z .]*$")
 _SPACING_RE = re.compile(r"\\[,;:! ]|\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\displaystyle|\s+")
 _FRACTION_RE = re.compile(
     r"\\[dt]?frac\s*\{\s*([+-]?\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\[dt]?frac(\d)(\d)|(?<![\d.])(\d+)/(\d+)"

@@ -42,6 +42,7 @@ COPIES = [  # (question, gold, the copy, form the task is inferred to have)
     ("Factor $x^2 - 16$.", "(x-4)(x+4)", "x^2-4^2", "factored"),
     ("Express $0.\\overline{6}$ as a common fraction.", r"\frac{2}{3}", r"\frac{4}{6}", "fraction"),
     ("Express $0.\\overline{6}$ as a common fraction.", r"\frac{2}{3}", "0.666667", "fraction"),
+    ("Write $\\frac{3}{20}$ as a decimal.", "0.15", r"\frac{3}{20}", "number"),
     ("What is $\\frac{2}{3}$ of 1?", r"\frac{2}{3}", "4/6", "number"),
     ("Simplify $\\frac{1}{x}+\\frac{1}{x}$.", r"\frac{2}{x}", r"\frac{1}{x}+\frac{1}{x}", "expression"),
     ("Simplify $\\frac{1}{x}+\\frac{1}{x}$.", r"\frac{2}{x}", r"\left(\frac{1}{x} + \frac{1}{x}\right)", "expression"),
@@ -69,6 +70,8 @@ HONEST = [  # (question, gold, an honest answer in the form asked)
     ("What is $\\frac{2}{3}$ of 1?", r"\frac{2}{3}", r"\dfrac{2}{3}"),
     ("What is $-\\frac{3}{4}$ of 1?", r"-\frac{3}{4}", r"\frac{-3}{4}"),
     ("What is the angle?", r"90^\circ", "90"),
+    ("Express $a+b$ in terms of $k$.", "2k", "2k"),
+    ("Enter the equation of the line.", "y = -2x", "y=-2x"),
     ("Simplify $\\frac{1}{x}+\\frac{1}{x}$.", r"\frac{2}{x}", r"\frac{2}{x}"),
 ]
 
