@@ -22,7 +22,9 @@ expression anything (the data set's gold is an expression, a tuple, an interval,
 ========== ====================================================================================================
 
 Every form also refuses an answer that restates an expression of the question (a ``$...$`` block, or the
-arithmetic of a generated question), unless the gold itself appears there. The checks are linear-time
+arithmetic of a generated question), unless the gold itself appears there, and one that still applies an
+operation the question asks to carry out and the gold does not use (``\arcsin``, ``\binom``, ``\log``,
+``\sum``, ``!``...). The checks are linear-time
 string work on the extracted answer (already bounded in length by the verifier's pre-filter); nothing is
 parsed as maths. Hand-written: no library declares or checks the form a question asks for.
 """
@@ -71,6 +73,12 @@ _FRACTIONAL_EXPONENT_RE = re.compile(r"\^\s*\{?\s*(?:\d+\s*/\s*\d+|\\[dt]?frac|0
 _BLOCK_RE = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _PROCEDURAL_EXPR_RE = re.compile(r"(?:Compute|Solve for x:|What is)\s+(.+?)(?:\s+as a fraction in lowest terms)?[.?]$")
 _PLAIN_TOKEN_RE = re.compile(r"[A-Za-z0-9.,]*")
+# Operations a question asks to carry out; an answer that still applies one the gold does not use has not
+# evaluated it (``\arcsin(-\frac12)`` for ``-\frac{\pi}{6}``, ``\binom{31}{28}`` for 4495).
+_OPERATION_RE = re.compile(
+    r"\\(?:(?:sin|cos|tan|cot|sec|csc)h?|arc(?:sin|cos|tan|cot|sec|csc)|log|ln|lg|exp|[dt]?binom|choose|sum"
+    r"|prod|int|iint|oint|lim|lfloor|lceil|det|gcd|lcm|max|min|operatorname|mathop)(?![A-Za-z])|(?<=[\w)}])!"
+)
 
 
 def _flat(text: str) -> str:
@@ -237,6 +245,22 @@ def question_expressions(question: str) -> list[str]:
     return found
 
 
+def _operations(text: str) -> set[str]:
+    return {m.group().replace("dbinom", "binom").replace("tbinom", "binom") for m in _OPERATION_RE.finditer(text)}
+
+
+def _operation_reason(answer: str, question: str, gold: str) -> str | None:
+    asked = _operations(question)
+    if not asked:
+        return None
+    done = _operations(gold)
+    for match in _OPERATION_RE.finditer(answer):
+        name = match.group().replace("dbinom", "binom").replace("tbinom", "binom")
+        if name in asked and name not in done:
+            return f"the answer leaves the question's operation ({match.group()}) unevaluated"
+    return None
+
+
 def _copy_reason(answer: str, question: str, gold: str) -> str | None:
     copies = {_unwrapped(_flat(e)) for e in question_expressions(question)}
     if not copies or _unwrapped(_flat(gold)) in copies:
@@ -261,7 +285,7 @@ def form_reason(answer: str, form: str, question: str = "", gold: str = "") -> s
     """
     if form not in FORMS:
         raise ValueError(f"unknown answer form {form!r}; expected one of {', '.join(FORMS)}")
-    reason = _copy_reason(answer, question, gold) if question else None
+    reason = (_copy_reason(answer, question, gold) or _operation_reason(answer, question, gold)) if question else None
     if reason is None and form in ("number", "fraction", "percent"):
         reason = _number_reason(answer, form)
     elif reason is None and form == "radical":

@@ -15,23 +15,34 @@ One call grades an already-extracted answer string against a gold answer string.
   read the gold, so the parent knows which side a failure came from, even for a worker it had to kill.
   (A check that overruns only because the machine is overloaded also scores 0; such verdicts are not
   cached, so the pair is checked afresh next time. Size ``timeout_s`` and the pool for the load.)
+- *Correct* also means the answer is in the form the task asks for, when the caller passes the task's
+  declared ``form`` (:mod:`.forms`: a plain number, a fraction in lowest terms, a percentage, a simplified
+  radical, a factored form, or any expression) and its ``question``: ``11 \times 9 - 52`` for "Compute
+  11 × 9 - 52.", ``\sqrt{242}`` for "Simplify √242" or ``4/6`` for 2/3 are incorrect although equal in
+  value, and so is any answer that restates an expression of the question.
+- *Percent* has one reading per task: a final ``%`` (``\%``, ``\text{ percent}``) marks the number of
+  percent when the task asks for a percentage (``form="percent"``, or a gold written with ``%``), so
+  ``50\%`` and ``50`` are both 50; for every other task ``%`` means hundredths, so ``50\%`` is 1/2 and
+  never 50.
 
 Layers, cheapest first:
 
 1. **Pre-filters** (microseconds): the answer must be valid Unicode without control characters, at most
    ``max_answer_chars`` long, nested at most 64 brackets deep, and must not use a modulo operator the gold
    does not use (math-verify reads ``123 \bmod 7`` as 7). Failing one is *incorrect*, with the reason.
-2. **Verdict cache** keyed by the SHA-256 of ``(gold, prediction)``.
+2. **Verdict cache** keyed by the SHA-256 of ``(gold, form, question, prediction)``; then the declared form
+   (:func:`.forms.form_reason`, linear string work) and the percent reading.
 3. **String rules** (:mod:`.shape`, microseconds): a sentence around one ``$...$``/``\boxed{}`` is reduced
    to it; the shapes that carry more than one value are rejected; numerals with a base subscript
    (``52_8``) are compared with their base, which math-verify drops (it accepts ``52`` and ``204_5``).
 4. **Fast path** (microseconds): identical normalised strings, or two plain numbers (integers with optional
    thousands separators, decimals, ``a/b``, ``\frac{a}{b}``, ``3e3``, ``6.72 \times 10^{-5}``) compared
-   exactly as :class:`fractions.Fraction`. A decimal is accepted for a different exact value only when it
-   is that value correctly rounded at the places it was written with, to at least 6 places and 6
-   significant figures: math-verify's 6-decimal rule accepts ``0.0000672`` for ``0.0000674`` and
-   ``0.1500004`` for ``0.15``; we do not (``0.333333`` for 1/3 stays correct). The same rule is applied
-   after the slow path when one side is a plain decimal.
+   exactly as :class:`fractions.Fraction`; brackets around the whole number (``(0.5)``, ``{0.5}``,
+   ``[0.5]``, ``\{0.5\}``, ``-(-0.5)``) are read through, so a wrapper never skips the rounding rule.
+   A decimal is accepted for a different exact value only when it is that value correctly rounded at the
+   places it was written with, to at least 6 places and 6 significant figures: math-verify's 6-decimal rule
+   accepts ``0.0000672`` for ``0.0000674`` and ``0.1500004`` for ``0.15``; we do not (``0.333333`` for 1/3
+   stays correct). The same rule is applied after the slow path when one side is a plain decimal.
 5. **Slow path**: math-verify (which uses sympy) in a pool of worker processes (see :mod:`._worker` for
    what the worker adds: whole-answer LaTeX parsing, true equations, ``3e3``, ``e^{i\pi}``). Each worker
    enforces a soft budget with an interval timer in its own main thread; the parent enforces the hard

@@ -43,6 +43,8 @@ COPIES = [  # (question, gold, the copy, form the task is inferred to have)
     ("Express $0.\\overline{6}$ as a common fraction.", r"\frac{2}{3}", r"\frac{4}{6}", "fraction"),
     ("Express $0.\\overline{6}$ as a common fraction.", r"\frac{2}{3}", "0.666667", "fraction"),
     ("Write $\\frac{3}{20}$ as a decimal.", "0.15", r"\frac{3}{20}", "number"),
+    ("Compute $\\arcsin \\left( -\\frac{1}{2} \\right).$", r"-\frac{\pi}{6}", r"-\arcsin \frac{1}{2}", "expression"),
+    ("Find $\\sum_{k=1}^{n} k$ in terms of $n$.", r"\frac{n(n+1)}{2}", r"\sum_{j=1}^{n} j", "expression"),
     ("What is $\\frac{2}{3}$ of 1?", r"\frac{2}{3}", "4/6", "number"),
     ("Simplify $\\frac{1}{x}+\\frac{1}{x}$.", r"\frac{2}{x}", r"\frac{1}{x}+\frac{1}{x}", "expression"),
     ("Simplify $\\frac{1}{x}+\\frac{1}{x}$.", r"\frac{2}{x}", r"\left(\frac{1}{x} + \frac{1}{x}\right)", "expression"),
