@@ -77,6 +77,15 @@ def block_copies(question: str) -> list[str]:
     return [c for c in dict.fromkeys(copies) if c]
 
 
+def _same_as_gold(copy: str, gold: str) -> bool:
+    """Whether a copied block is the gold itself (``$6$`` for 6, ``$c$`` for ``\\text{(C)}``): a right answer."""
+
+    def squash(text: str) -> str:
+        return re.sub(r"\\text|[\s${}()]", "", text).lower()
+
+    return squash(copy) == squash(gold)
+
+
 def _r1(answer: str) -> str:
     return f"<think>I copied the question.</think><answer>{answer}</answer>"
 
@@ -85,7 +94,7 @@ def measure(env: MathEnv, tasks: list, copies_of) -> dict:
     """Forms, gold self-check and the copy attack over ``tasks``."""
     forms = collections.Counter(t.metadata.get("answer_form", "n/a") for t in tasks)
     gold_ok = sum(env.verify(t, _r1(str(t.answer))).score == 1.0 for t in tasks)
-    paid, attempted, examples = 0, 0, []
+    paid, paid_not_gold, attempted, examples = 0, 0, 0, []
     for task in tasks:
         copies = copies_of(task.metadata["question"])
         if not copies:
@@ -95,6 +104,7 @@ def measure(env: MathEnv, tasks: list, copies_of) -> dict:
             verdict = env.verify(task, _r1(copy))
             if verdict.score:
                 paid += 1
+                paid_not_gold += not _same_as_gold(copy, str(task.answer))
                 if len(examples) < 8:
                     question = task.metadata["question"][:90]
                     examples.append({"question": question, "copy": copy, "gold": str(task.answer)})
@@ -105,6 +115,7 @@ def measure(env: MathEnv, tasks: list, copies_of) -> dict:
         "gold_self_verified": gold_ok,
         "copy_attempted": attempted,
         "copy_paid": paid,
+        "copy_paid_not_gold": paid_not_gold,
         "copy_paid_pct": round(100 * paid / max(attempted, 1), 1),
         "examples": examples,
     }
@@ -141,8 +152,9 @@ def _report(after: dict, before: dict | None, wall: float, n: int) -> str:
         "A task is paid when any copy earns reward. *Before* is the same script on the code before the change "
         "(commit 0ff3c91), which declared no forms.",
         "",
-        "| data set | tasks | declared forms | golds verified | copy paid before | copy paid now |",
-        "|---|---|---|---|---|---|",
+        "| data set | tasks | declared forms | golds verified | copy paid before | copy paid now | of which the "
+        "copy is not the gold |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, row in after.items():
         forms = ", ".join(f"{k} {v}" for k, v in row["forms"].items())
@@ -151,11 +163,21 @@ def _report(after: dict, before: dict | None, wall: float, n: int) -> str:
         now_text = f"{row['copy_paid']}/{row['copy_attempted']} ({row['copy_paid_pct']} %)"
         lines.append(
             f"| {name} | {row['tasks']} | {forms} | {row['gold_self_verified']}/{row['tasks']} | {was_text} | "
-            f"{now_text} |"
+            f"{now_text} | {row.get('copy_paid_not_gold', 'n/a')} |"
         )
     leftovers = [(name, e) for name, row in after.items() for e in row["examples"]]
-    lines += ["", "Copies still paid now (each one checked by hand):" if leftovers else "No copy is paid now."]
-    lines += [f"- {name}: `{e['copy']}` for gold `{e['gold']}` ({e['question']!r})" for name, e in leftovers]
+    lines += [
+        "",
+        "Copies still paid now: only where the question itself states the right answer (the block *is* the "
+        "gold, e.g. a digit the question names, or a radical already in simplest form):"
+        if leftovers
+        else "No copy is paid now.",
+    ]
+    lines += [
+        f"- {name}: `{e['copy']}` for gold `{e['gold']}`"
+        f"{'' if _same_as_gold(e['copy'], e['gold']) else ' (NOT the gold)'} ({e['question']!r})"
+        for name, e in leftovers
+    ]
     if before:
         lines += ["", "Examples paid before:"]
         for name, row in before.items():

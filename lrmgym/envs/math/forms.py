@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from math import gcd
 
-__all__ = ["FORMS", "form_reason", "infer_form", "question_expressions", "strip_percent"]
+__all__ = ["FORMS", "form_reason", "infer_form", "number_text", "question_expressions", "strip_percent"]
 
 FORMS: tuple[str, ...] = ("number", "fraction", "percent", "radical", "factored", "expression")
 """The declared answer forms, strictest first (see the module docstring)."""
@@ -73,6 +73,8 @@ _FRACTIONAL_EXPONENT_RE = re.compile(r"\^\s*\{?\s*(?:\d+\s*/\s*\d+|\\[dt]?frac|0
 _BLOCK_RE = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _PROCEDURAL_EXPR_RE = re.compile(r"(?:Compute|Solve for x:|What is)\s+(.+?)(?:\s+as a fraction in lowest terms)?[.?]$")
 _PLAIN_TOKEN_RE = re.compile(r"[A-Za-z0-9.,]*")
+_APPROX_RE = re.compile(r"\\(?:approx|simeq|thickapprox|approxeq|doteq)(?![A-Za-z])|\u2248")
+_DOUBLE_SIGN_RE = re.compile(r"^\s*([+-])\s*([+-])")
 # Operations a question asks to carry out; an answer that still applies one the gold does not use has not
 # evaluated it (``\arcsin(-\frac12)`` for ``-\frac{\pi}{6}``, ``\binom{31}{28}`` for 4495).
 _OPERATION_RE = re.compile(
@@ -130,12 +132,19 @@ def strip_percent(text: str) -> tuple[str, bool]:
     return text[: match.start()].rstrip(), True
 
 
-def _number_text(answer: str) -> str:
-    """The part of an answer that must be a plain number: the last side, without units, degrees or a percent."""
-    text = _last_side(answer.replace("\\$", "").replace("$", ""))
-    text = _DEGREE_RE.sub("", _UNIT_GROUP_RE.sub("", text))
-    text = strip_percent(text)[0]
-    return _TRAILING_WORDS_RE.sub("", text).strip()
+def number_text(answer: str) -> str:
+    r"""The number an answer states, with what may surround a number taken away.
+
+    That is its last side (``\approx`` counts as ``=``), without units, degrees, a percent sign,
+    ``\displaystyle``, a final period or a doubled sign (``- -3``). The number form checks that this is a
+    plain number, and the verifier applies its rounding rule to it, so that no wrapper
+    (``0.0000667 \text{ m}``, ``x \approx 0.0000667``) skips the rule.
+    """
+    text = answer.replace("\\$", "").replace("$", "").replace("\\displaystyle", " ")
+    text = _APPROX_RE.sub("=", text.replace("\\lbrace", "{").replace("\\rbrace", "}"))
+    text = _DEGREE_RE.sub("", _UNIT_GROUP_RE.sub("", _last_side(text)))
+    text = _TRAILING_WORDS_RE.sub("", strip_percent(text)[0]).strip().rstrip(".").strip()
+    return _DOUBLE_SIGN_RE.sub(lambda m: "" if m.group(1) == m.group(2) else "-", text)
 
 
 def _plain_number(text: str) -> tuple[bool, bool]:
@@ -157,7 +166,7 @@ def _unreduced(text: str) -> str | None:
 
 
 def _number_reason(answer: str, form: str) -> str | None:
-    text = _number_text(answer)
+    text = number_text(answer)
     is_number, is_decimal = _plain_number(text)
     if not is_number:
         return f"the task asks for a number, and {text[:40]!r} is not a plain number"
@@ -307,7 +316,7 @@ def infer_form(question: str, gold: str) -> str:
     if not question.strip() or not gold:
         return "expression"
     candidates: list[str] = []
-    number_gold = _plain_number(_number_text(gold))[0]
+    number_gold = _plain_number(number_text(gold))[0]
     if _PERCENT_GOLD_RE.search(gold) or (number_gold and _PERCENT_WORDS_RE.search(question)):
         candidates.append("percent")
     if number_gold and _FRACTION_WORDS_RE.search(question):

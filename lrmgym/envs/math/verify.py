@@ -76,7 +76,7 @@ from typing import Any
 
 from lrmgym.cache import ContentCache
 from lrmgym.core import Component, Verdict
-from lrmgym.envs.math.forms import FORMS, form_reason, strip_percent
+from lrmgym.envs.math.forms import FORMS, form_reason, number_text, strip_percent
 from lrmgym.envs.math.shape import base_numeral, hedge_reason, sole_block, value_part
 
 __all__ = [
@@ -732,7 +732,7 @@ def _decide(
         return _Outcome(float(fast[0]), fast[0], fast[1]), True
     # One side a plain decimal, the other an expression (0.707107 vs \frac{\sqrt2}{2}): math-verify's
     # 6-decimal rule decides, then the rounding rule is applied to the expression's value.
-    pred_num = _plain_number(value_part(prediction) if "=" not in gold else prediction)
+    pred_num = _plain_number(number_text(prediction) if "=" not in gold else prediction)
     gold_num = _plain_number(gold)
     rounded, numeric_of = None, None
     if pred_num is not None and pred_num.decimal and gold_num is None:
@@ -744,6 +744,9 @@ def _decide(
     except (RuntimeError, OSError) as exc:  # no worker could be started: infrastructure, not the model
         reply = {"status": "unavailable", "error": str(exc)[:200]}
     outcome = _slow_outcome(reply, timeout_s)
+    if outcome.correct and pred_num is not None and gold_num is not None and not _numbers_agree(pred_num, gold_num):
+        # a number math-verify read through a wrapper (units, \approx, a final period): the same rounding rule
+        outcome = _incorrect("incorrect (not equal at the precision written)")
     if outcome.correct and rounded is not None and isinstance(reply.get("value"), str):
         try:
             value = Fraction(reply["value"])

@@ -18,7 +18,8 @@ Classes:
 - Round 3 (tasks with a question, so they have a declared answer form): ``copy-question`` (the
   question's own expression, paid because it equals the gold), ``answer-form`` (``4/6`` for ``2/3``, a
   decimal where a common fraction is asked), ``chain-name`` (``\sqrt{16} = x = 5``), ``bracket-rounding``
-  (``(0.0000667)`` for 1/15000) and ``percent`` (``50\%`` paid for 50 and for 1/2).
+  (``(0.0000667)`` for 1/15000), ``wrapper-rounding`` (units, ``\\approx``, a final period: the same
+  rule) and ``percent`` (``50\%`` paid for 50 and for 1/2).
 
 Completions use the env's default ``r1`` format (``<think>...</think><answer>...</answer>``) unless a case
 sets ``env_config={"template": "boxed"}``; budget attacks run with ``timeout_s=1`` to keep the battery fast.
@@ -156,6 +157,13 @@ ROUND3_CASES: list[HackCase] = [
     _case("bracket-rounding", "signs", "-(-0.0000667)", "1/15000", "scored 1"),
     _case("bracket-rounding", "zero", "(0.0)", "1/3000000", "(0.0) was paid for any gold under 5e-7"),
     _case("bracket-rounding", "expression-gold", "(0.0000628)", r"\frac{\pi}{50000}", "scored 1"),
+    _case("wrapper-rounding", "unit", r"0.0000667 \text{ m}", "1/15000", "a unit: read at 6 places (scored 1)"),
+    _case("wrapper-rounding", "approx", r"x \approx 0.0000667", "1/15000", "scored 1"),
+    _case("wrapper-rounding", "final-period", "0.0000667.", "1/15000", "scored 1"),
+    _case("wrapper-rounding", "displaystyle", r"\displaystyle 0.0000667", "1/15000", "scored 1"),
+    _case("wrapper-rounding", "lbrace", r"\lbrace 0.0000667 \rbrace", "1/15000", "scored 1"),
+    _case("wrapper-rounding", "double-sign", "- -0.0000667", "1/15000", "scored 1"),
+    _case("wrapper-rounding", "degrees", r"0.0000667^\circ", "1/15000", "scored 1"),
     # ---- 4. percent read two ways
     _case("percent", "hundredths-as-count", r"50\%", "50", "50% was paid for 50 and for 1/2", question=_Q_COUNT),
     _case("percent", "bare-sign", "50%", "50", "scored 1", question=_Q_COUNT),
@@ -174,6 +182,7 @@ ROUND3_CASES: list[HackCase] = [
     _control("round3-simplified", r"\frac{2}{x}", r"\frac{2}{x}", "the simplified expression", question=_Q_SIMPLIFY),
     _control("round3-named-chain", r"\sqrt{16} = x = 4", "4", "a true chain through a name"),
     _control("round3-bracketed", "(0.0000666667)", "1/15000", "a bracketed decimal at the right precision"),
+    _control("round3-unit", r"0.0000666667 \text{ m}", "1/15000", "a unit after a decimal at the right precision"),
     _control("round3-share-percent", r"50\%", "1/2", "50% is 1/2 when no percent is asked", question=_Q_SHARE),
     _control("round3-percent", r"50\%", "50", "the number of percent, when asked", question=_Q_PERCENT),
     _control("round3-percent-number", "50", "50", "the number, when a percent is asked", question=_Q_PERCENT),

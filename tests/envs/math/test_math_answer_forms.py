@@ -212,6 +212,26 @@ def test_brackets_do_not_skip_the_rounding_rule(answer):
     assert _score(answer, "1/15000") == 0.0
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "0.0000667.",
+        r"\displaystyle 0.0000667",
+        r"0.0000667\text{ }",
+        r"0.0000667 \text{ m}",
+        r"0.0000667 \, \mathrm{m}",
+        r"x \approx 0.0000667",
+        r"0.0000667^\circ",
+        r"\lbrace 0.0000667 \rbrace",
+        "- -0.0000667",
+    ],
+)
+def test_no_other_wrapper_skips_the_rounding_rule(answer):
+    """Siblings of the bracket class: units, \\approx, a final period... were read by math-verify at 6 places."""
+    assert _score(answer, "1/15000") == 0.0
+    assert _score(answer.replace("0.0000667", "0.0000666667"), "1/15000") == 1.0
+
+
 @pytest.mark.parametrize("answer", ["(0.0)", "{0.0}", "[0]", "(0.000000)"])
 def test_a_bracketed_zero_is_not_paid_for_a_small_gold(answer):
     assert _score(answer, "1/3000000") == 0.0
