@@ -51,6 +51,8 @@ _FACTOR_WORDS_RE = re.compile(
     r"|\bcompletely factor\b|\bfactori[sz]e\b",
     re.IGNORECASE,
 )
+_SENTENCE_RE = re.compile(r"(?<=[.?!])\s+")
+_INSTRUCTION_RE = re.compile(r"^(?:express|give|write|answer|round|enter|state)\b", re.IGNORECASE)
 _PERCENT_GOLD_RE = re.compile(r"(?:\\%|%|\\text\{\s*\\?%\s*\})\s*$")
 
 # ---- pieces of an answer
@@ -201,7 +203,7 @@ def _radical_reason(answer: str) -> str | None:
         if radicand is None:
             end = _closing(text, match.end() - 1)
             radicand = text[match.end() : end] if end is not None else ""
-        if not radicand.isdigit() or not index.isdigit() or len(radicand) > 12:
+        if not radicand.isdigit() or not index.isdigit() or len(radicand) > 8 or len(index) > 2:
             return f"the task asks for a simplified radical, and \\sqrt{{{radicand[:30]}}} has no integer radicand"
         if not _power_free(int(radicand), int(index)):
             return f"the task asks for a simplified radical, and \\sqrt{{{radicand}}} is not simplified"
@@ -304,12 +306,23 @@ def form_reason(answer: str, form: str, question: str = "", gold: str = "") -> s
     return reason
 
 
+def _asks(question: str) -> str:
+    """The sentences of a question that ask for the answer.
+
+    Those with a ``?`` (else the last one), and instructions such as "Express your answer as ...".
+    """
+    sentences = [s for s in _SENTENCE_RE.split(question.strip()) if s]
+    asking = [s for s in sentences if "?" in s] or sentences[-1:]
+    return " ".join(asking + [s for s in sentences if _INSTRUCTION_RE.match(s) and s not in asking])
+
+
 def infer_form(question: str, gold: str) -> str:
     """The form a data-set question asks for, from its wording and its gold; always a form the gold is in.
 
-    ``percent`` when the gold has a percent sign or the question speaks of a percent(age) and the gold is a
-    number; ``fraction`` for "common fraction" / "lowest terms" wording with a non-decimal gold; ``number``
-    for any other plain-number gold; ``factored`` for "factor ..." questions and ``radical`` for "simplify"
+    ``percent`` when the gold has a percent sign, or the sentence that asks (the one with the ``?``, or an
+    "Express your answer as ..." instruction) speaks of a percent(age) and the gold is a number;
+    ``fraction`` for "common fraction" / "lowest terms" wording with a non-decimal gold; ``number`` for any
+    other plain-number gold; ``factored`` for "factor ..." questions and ``radical`` for "simplify"
     / "simplest radical form" with a root in the gold; else ``expression``.
     """
     gold = str(gold).strip()
@@ -317,7 +330,7 @@ def infer_form(question: str, gold: str) -> str:
         return "expression"
     candidates: list[str] = []
     number_gold = _plain_number(number_text(gold))[0]
-    if _PERCENT_GOLD_RE.search(gold) or (number_gold and _PERCENT_WORDS_RE.search(question)):
+    if _PERCENT_GOLD_RE.search(gold) or (number_gold and _PERCENT_WORDS_RE.search(_asks(question))):
         candidates.append("percent")
     if number_gold and _FRACTION_WORDS_RE.search(question):
         candidates.append("fraction")
