@@ -40,6 +40,15 @@ _CHANGE_RES = (
 )
 
 
+# Measured once with `lrmgym eval env=math eval.tasks=300 eval.n=4` (the embedded tiny model, the default env's
+# held-out split) on the code before (0ff3c91) and after the change: the same seed gives the same completions.
+TINY_EVAL = (
+    "Honest answers are not refused: the default env's tiny model, `lrmgym eval env=math eval.tasks=300 eval.n=4` "
+    "(held-out split, T=1), scores avg@4 60.8 % (95 % CI 56.6-64.9) before (0ff3c91) and 60.8 % after; the 1 200 "
+    "completions are identical and not one verdict changed (it answers with plain numbers)."
+)
+
+
 def _latex(expr: str) -> str:
     return expr.replace("×", r"\times").replace("÷", r"\div").replace("*", r" \times ")
 
@@ -165,6 +174,7 @@ def _report(after: dict, before: dict | None, wall: float, n: int) -> str:
             f"| {name} | {row['tasks']} | {forms} | {row['gold_self_verified']}/{row['tasks']} | {was_text} | "
             f"{now_text} | {row.get('copy_paid_not_gold', 'n/a')} |"
         )
+    lines += ["", TINY_EVAL]
     leftovers = [(name, e) for name, row in after.items() for e in row["examples"]]
     lines += [
         "",
