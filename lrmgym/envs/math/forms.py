@@ -228,11 +228,22 @@ def _closing(text: str, open_index: int) -> int | None:
     return None
 
 
-def _factored_reason(answer: str) -> str | None:
+def _factored_reason(answer: str, question: str) -> str | None:
     text = _unwrapped(_flat(_last_side(answer)).lstrip("+-"))
     for sep in "+-":
         if len(_top_level_split(text, sep)) > 1:
             return "the task asks for a factored form, and the answer is a sum"
+    # a trivial product around the expression to factor: 1\cdot(x^2-16), (x^2-16)^1
+    copies = {_unwrapped(_flat(e)) for e in question_expressions(question)}
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+            start = i + 1 if depth == 1 else start
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0 and _unwrapped(text[start:i]) in copies:
+                return "the task asks for a factored form, and the answer keeps the question's expression as a factor"
     return None
 
 
@@ -302,7 +313,7 @@ def form_reason(answer: str, form: str, question: str = "", gold: str = "") -> s
     elif reason is None and form == "radical":
         reason = _radical_reason(answer)
     elif reason is None and form == "factored":
-        reason = _factored_reason(answer)
+        reason = _factored_reason(answer, question)
     return reason
 
 

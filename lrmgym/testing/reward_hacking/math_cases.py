@@ -125,6 +125,7 @@ ROUND3_CASES: list[HackCase] = [
     ),
     _copy("unfactored", "x^2 - 16", "(x-4)(x+4)", _Q_FACTOR, "MATH-500: the polynomial for 'factor'"),
     _copy("unfactored-respelled", "x^2-4^2", "(x-4)(x+4)", _Q_FACTOR, "a sum, respelled"),
+    _copy("unfactored-trivial-product", r"1 \cdot (x^2 - 16)", "(x-4)(x+4)", _Q_FACTOR, "a product with 1"),
     _copy("expression", r"\frac{1}{x}+\frac{1}{x}", r"\frac{2}{x}", _Q_SIMPLIFY, "the expression to simplify"),
     _copy(
         "expression-bracketed",

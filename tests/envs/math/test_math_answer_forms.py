@@ -40,6 +40,8 @@ COPIES = [  # (question, gold, the copy, form the task is inferred to have)
     ("Simplify $\\sqrt{242}$.", r"11\sqrt2", r"\sqrt{2 \cdot 121}", "radical"),
     ("Factor $x^2 - 16$.", "(x-4)(x+4)", "x^2 - 16", "factored"),
     ("Factor $x^2 - 16$.", "(x-4)(x+4)", "x^2-4^2", "factored"),
+    ("Factor $x^2 - 16$.", "(x-4)(x+4)", r"1 \cdot (x^2 - 16)", "factored"),
+    ("Factor $x^2 - 16$.", "(x-4)(x+4)", "(x^2-16)^1", "factored"),
     ("Express $0.\\overline{6}$ as a common fraction.", r"\frac{2}{3}", r"\frac{4}{6}", "fraction"),
     ("Express $0.\\overline{6}$ as a common fraction.", r"\frac{2}{3}", "0.666667", "fraction"),
     ("Write $\\frac{3}{20}$ as a decimal.", "0.15", r"\frac{3}{20}", "number"),
