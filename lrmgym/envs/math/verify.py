@@ -716,8 +716,13 @@ def _decide(
 ) -> tuple[_Outcome, bool]:
     """``(outcome, cacheable)`` of a pre-filtered pair: the form, string rules, the fast path, then a worker."""
     prediction = sole_block(prediction)
-    if form is not None and (why := form_reason(prediction, form, question, gold)) is not None:
-        return _incorrect(f"incorrect: {why}"), True
+    if form is not None:
+        try:
+            why = form_reason(prediction, form, question, gold)
+        except ValueError:  # a numeral past Python's 4300-digit int limit (max_answer_chars may be raised)
+            why = "the answer cannot be read in the declared form"
+        if why is not None:
+            return _incorrect(f"incorrect: {why}"), True
     prediction, gold = _read_percent(prediction, gold, form == "percent" or strip_percent(gold)[1])
     fast = _fast_verdict(prediction, gold)
     if fast is not None and fast[0] and fast[1] == "correct (same answer string)":

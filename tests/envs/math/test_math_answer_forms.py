@@ -282,3 +282,9 @@ def test_percent_means_one_hundredth_unless_the_question_asks_for_a_percent():
 )
 def test_percent_has_one_reading_per_pair(answer, gold, score):
     assert _score(answer, gold) == score
+
+
+def test_the_form_check_never_raises_on_a_huge_numeral():
+    huge = "4" * 5000 + "/" + "6" * 5000
+    verdict = verify_answer(huge, "2/3", form="number", question="Compute 1/3 + 1/3.", max_answer_chars=20_000)
+    assert verdict.score == 0.0
