@@ -285,6 +285,8 @@ def test_percent_has_one_reading_per_pair(answer, gold, score):
 
 
 def test_the_form_check_never_raises_on_a_huge_numeral():
-    huge = "4" * 5000 + "/" + "6" * 5000
-    verdict = verify_answer(huge, "2/3", form="number", question="Compute 1/3 + 1/3.", max_answer_chars=20_000)
-    assert verdict.score == 0.0
+    huge = "\\frac{" + "4" * 5000 + "}{" + "6" * 5000 + "}\\sqrt{2}"
+    for form in ("number", "radical"):
+        question = "Simplify $\\sqrt{8}$."
+        verdict = verify_answer(huge, r"2\sqrt{2}", form=form, question=question, max_answer_chars=20_000)
+        assert verdict.score == 0.0
