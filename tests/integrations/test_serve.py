@@ -38,7 +38,7 @@ def math_data(tmp_path_factory):
 
 def _task(label):
     label = decode_label(label)
-    return World(label.env, label.judge).task(label.index, label.seed)
+    return World(label.env).task(label.index, label.seed)
 
 
 def test_health(math_server):
@@ -88,8 +88,10 @@ def test_rewards_equal_lrmgym_judge(math_server, math_data, tmp_path):
         ({"query": ["a"], "labels": [""]}, 400, "labels[0]: the label is empty."),
         ({"query": ["a", "b"], "labels": [short_label(0, 0), '{"v": 1, "index": -3, "seed": 0}']}, 400,
          "labels[1].index: expected a non-negative integer, got -3."),
-        ({"query": ["a"], "labels": [encode_label({"id": "lrmgym/Math-v0", "difficulty": 4}, {}, 0, 0)]}, 400,
-         "labels[0]: the label describes another env or judges than this server's (env option(s) difficulty, "),
+        ({"query": ["a"], "labels": [encode_label({"id": "lrmgym/Math-v0", "difficulty": 4}, 0, 0)]}, 400,
+         "labels[0]: the label describes another env than this one (env option(s) difficulty differ; "),
+        ({"query": ["a"], "labels": ['{"v":1,"env":{"id":"Math-v0","source":"/etc/passwd"},"index":0,"seed":0}']}, 400,
+         "labels[0].env: source: a label names its task, never a setting (sandbox, time and memory bounds, "),
         ({"query": ["a"] * 65, "labels": [short_label(0, 0)] * 65}, 413, "query: 65 items, over the limit of 64"),
         (b"x" * (2 << 20), 413, "body: 2097152 bytes, over the limit of 1048576 (--max-body-mb)."),
     ],
