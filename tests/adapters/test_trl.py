@@ -181,6 +181,13 @@ def test_call_problems_are_clear_errors(math_funcs, math_rows):
         math_funcs[0](None, ["x"], label=other)
 
 
+def test_a_label_cannot_choose_a_setting(math_funcs):
+    env = {"id": "lrmgym/Math-v0", "timeout_s": 60, "workers": 64}
+    hostile = json.dumps({"v": 1, "env": env, "index": 0, "seed": 0})
+    with pytest.raises(LabelError, match=r"^label\[0\]\.env: timeout_s, workers: a label names its task, never a "):
+        math_funcs[0](None, ["x"], label=[hostile])
+
+
 def test_labels_of_the_held_out_split_grade_the_held_out_tasks(math_funcs, tmp_path):
     test = adapter.dataset(env="math", n=2, split="test")
     assert {decode_label(x).env["split"] for x in test["label"]} == {"test"}

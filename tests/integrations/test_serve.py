@@ -94,6 +94,8 @@ def test_rewards_equal_lrmgym_judge(math_server, math_data, tmp_path):
          "labels[0]: the label describes another env than this one (env option(s) difficulty differ; "),
         ({"query": ["a"], "labels": ['{"v":1,"env":{"id":"Math-v0","source":"/etc/passwd"},"index":0,"seed":0}']}, 400,
          "labels[0].env: source: a label names its task, never a setting (sandbox, time and memory bounds, "),
+        ({"query": ["a"], "labels": ['{"v":1,"env":{"id":"Math-v0","timeout_s":60},"judge":{},"index":0,"seed":0}']},
+         400, "labels[0].judge: a label names its task, never its judges (LLM endpoints, models, timeouts, workers)"),
         ({"query": ["a"] * 65, "labels": [short_label(0, 0)] * 65}, 413, "query: 65 items, over the limit of 64"),
         (b"x" * (2 << 20), 413, "body: 2097152 bytes, over the limit of 1048576 (--max-body-mb)."),
     ],
