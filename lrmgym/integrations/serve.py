@@ -445,7 +445,7 @@ def build_app(server: RewardServer) -> Any:
 
 
 def header_bounded_protocol(read_timeout_s: float, on_timeout: Any = None) -> type:
-    """The h11 HTTP protocol of uvicorn, plus a bound on the time a request's headers take to arrive.
+    """The HTTP protocol uvicorn picks (httptools when installed, else h11), plus a bound on the time headers take.
 
     uvicorn bounds the idle time between requests (``timeout_keep_alive``) but not a request that is being sent:
     a client that opens a connection and sends its headers a byte at a time would hold it forever. With this
@@ -453,9 +453,9 @@ def header_bounded_protocol(read_timeout_s: float, on_timeout: Any = None) -> ty
     (first request) or of the request's first byte (next requests on a kept-alive connection); else the
     connection is closed and ``on_timeout()`` called. The body's bound is the app's (:class:`RewardServer`).
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    class HeaderBoundedH11Protocol(H11Protocol):
+    class HeaderBoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
         _header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
@@ -472,10 +472,6 @@ def header_bounded_protocol(read_timeout_s: float, on_timeout: Any = None) -> ty
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._disarm()  # idle until the next request: uvicorn's keep-alive timeout applies
 
         def _awaiting_headers(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -495,7 +491,7 @@ def header_bounded_protocol(read_timeout_s: float, on_timeout: Any = None) -> ty
                 if on_timeout is not None:
                     on_timeout()
 
-    return HeaderBoundedH11Protocol
+    return HeaderBoundedProtocol
 
 
 def serve(scorer: Scorer, config: ServeConfig, announce: Any = None) -> int | None:
