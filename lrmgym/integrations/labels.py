@@ -68,6 +68,7 @@ __all__ = [
     "setting_keys",
     "short_label",
     "strip_stop_texts",
+    "task_options",
     "write_data",
 ]
 
