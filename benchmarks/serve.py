@@ -63,7 +63,7 @@ def make_inputs(cfg: Any, folder: Path, requests: int, hostile_share: float, hos
     data = write_data(cfg, folder, tasks, 0)
     rows = [json.loads(line) for line in data["train"].read_text().splitlines()]
     first = decode_label(rows[0]["label"])
-    world = World(first.env, first.judge)
+    world = World(first.env)
     every = round(1 / hostile_share) if hostile_share > 0 else 0
     samples = []
     for i in range(requests):

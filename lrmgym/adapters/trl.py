@@ -152,7 +152,8 @@ def dataset(
         n: How many tasks (a finite data set's held-out split may hold fewer; the data set stops there).
         split: The env's ``split`` option (``"train"``, ``"test"``); ``None`` keeps the env's own.
         seed: The task stream.
-        judge: Judges recorded in the labels (for other lrmgym consumers; :func:`reward_funcs` grades with its own).
+        judge: Validated with the env (as :func:`resolve_configs` takes it) but not recorded: a label names its task
+            only, and :func:`reward_funcs` grades with its own judges.
         **overrides: Dotted settings, as in :func:`resolve_configs`.
 
     Raises:
@@ -167,8 +168,8 @@ def dataset(
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}.")
     if split is not None:
         overrides = {**overrides, "env.split": split}
-    env_cfg, judge_cfgs = resolve_configs(env, judge, **overrides)
-    world = World(env_cfg, judge_cfgs)
+    env_cfg, _ = resolve_configs(env, judge, **overrides)
+    world = World(env_cfg, {})
     try:
         _refuse_multi_turn(world)
         prompts, labels, ids = [], [], []
@@ -277,14 +278,11 @@ class _Grader:
         return scores
 
     def _items(self, labels: Sequence[Any], texts: Sequence[str]) -> list[Item]:
-        """One item per completion; a full label names its task, the judges are this grader's own."""
+        """One item per completion; a label names its task, the env's settings and the judges are this grader's."""
         items = []
-        judges = self.world.judge_config
         for i, (raw, text) in enumerate(zip(labels, texts, strict=True)):
             where = f"{self.label_key}[{i}]"
             label = decode_label(raw, where)
-            if label.env is not None:
-                label = type(label)(index=label.index, seed=label.seed, env=label.env, judge=judges)
             items.append(Item(self.scorer.world(label, where), label.index, label.seed, text))
         return items
 

@@ -14,11 +14,18 @@ So every response of one env + judges returns the same keys, all numbers. verl's
 These calls are as verl 0.4 to 0.6 make them (``verl/workers/reward_manager/naive.py`` and ``batch.py``,
 ``verl/trainer/ppo/reward.py::get_custom_reward_fn``); verl is not installed here to check them against.
 
-:func:`compute_score` returns ``{"score", "acc", "judge/<name>"..., "verdict/..."}``: the judged verdict's score
+The ``reward.py`` :func:`export_verl` writes holds the exporter's env and judge configs (fixed at export time) and
+binds ``compute_score`` / ``compute_score_batch`` to a :class:`VerlReward` over them: a row's ``extra_info["label"]``
+(or a ``ground_truth`` that is itself a label) names only its task, and every setting (the sandbox, time and
+memory bounds, workers, data files, judge endpoints) is the exporter's; a label that names one is refused
+(:func:`lrmgym.integrations.labels.decode_label`). This module's own :func:`compute_score` and
+:func:`compute_score_batch` (no exporter's config) grade a label's task with this process's defaults for every
+setting and the env's verifier alone.
+
+``compute_score`` returns ``{"score", "acc", "judge/<name>"..., "verdict/..."}``: the judged verdict's score
 (the env's failure value when ungradeable: verl cannot mask a sample out, so ``verdict/ungradeable`` says so),
-correctness as 0/1, and each judge's part (:class:`lrmgym.integrations.labels.Score`). The task, env and judges
-come from ``extra_info["label"]`` (the label :func:`export_verl` writes); a ``ground_truth`` that is itself a label
-works too. Whatever the response holds, grading never raises; a missing or bad label does (a data problem).
+correctness as 0/1, and each judge's part (:class:`lrmgym.integrations.labels.Score`). Whatever the response holds,
+grading never raises; a missing or bad label does (a data problem).
 
 Group-aware judges (the arena, pairwise judges) need all the responses of a prompt at once: verl's default
 ``naive`` manager hands one at a time, so :func:`compute_score` refuses them and :func:`compute_score_batch`, with
@@ -58,6 +65,7 @@ from lrmgym.integrations.labels import (
 __all__ = [
     "REWARD_FILE",
     "VerlExport",
+    "VerlReward",
     "compute_score",
     "compute_score_batch",
     "export_verl",
@@ -117,10 +125,100 @@ def _result(score: Score) -> dict[str, float]:
     return {"score": float(score.reward), "acc": float(score.score), **score.extra_logs}
 
 
+def _score_one(scorer: Scorer, solution_str: Any, ground_truth: Any, extra_info: Any) -> dict[str, float]:
+    label = decode_label(_label(ground_truth, extra_info, "extra_info"), "extra_info.label")
+    world = scorer.world(label, "extra_info.label")
+    if world.group_judges:
+        from lrmgym.configs.errors import ConfigError
+
+        raise ConfigError(
+            f"judge.{world.group_judges[0]}: this judge compares the responses of a prompt, but verl's per-response "
+            "reward manager hands compute_score one response at a time. Set reward_model.reward_manager=batch and "
+            "custom_reward_function.name=compute_score_batch (the responses of a batch are grouped by their label), "
+            "or export without the group-aware judge."
+        )
+    return _result(scorer.score([label], [_text(solution_str)])[0])
+
+
+def _score_batch(
+    scorer: Scorer, solution_strs: Sequence[Any], ground_truths: Sequence[Any] | None, extra_infos: Sequence[Any] | None
+) -> list[dict[str, float]]:
+    texts = [_text(s) for s in solution_strs]
+    n = len(texts)
+    truths = list(ground_truths) if ground_truths is not None else [None] * n
+    extras = list(extra_infos) if extra_infos is not None else [None] * n
+    if len(truths) != n or len(extras) != n:
+        raise ValueError(
+            f"compute_score_batch got {n} responses, {len(truths)} ground truths and {len(extras)} extra_infos; verl "
+            "passes one of each per response."
+        )
+    labels = [_label(truths[i], extras[i], f"extra_infos[{i}]") for i in range(n)]
+    for i, raw in enumerate(labels):  # each error names its row's field: extra_infos[i].label...
+        labels[i] = decode_label(raw, f"extra_infos[{i}].label")
+    return [_result(s) for s in scorer.score(labels, texts)]
+
+
+class VerlReward:
+    """verl's reward functions over fixed env and judge configs: those of the export (``reward.py`` makes one).
+
+    A row's label names its task only; the settings (sandbox, bounds, workers, data files, judge endpoints) are
+    these configs', fixed when the export was written. ``compute_score`` and ``compute_score_batch`` take verl's
+    arguments, as the module functions of the same names do.
+
+    Args:
+        env: The env config (an :class:`~lrmgym.configs.schema.EnvConfig` or its dump).
+        judge: The judge configs by name (models or dumps); empty: the env's verifier alone.
+    """
+
+    def __init__(self, env: Any, judge: Mapping[str, Any] | None = None) -> None:
+        self.scorer = Scorer(env, judge or {})
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> VerlReward:
+        """The reward a generated ``reward.py``'s ``SETTINGS`` describe (``env``, ``judge``, ``label_version``)."""
+        if settings.get("label_version") != LABEL_VERSION or "env" not in settings:
+            raise RuntimeError(
+                f"this reward.py was written for lrmgym label format {settings.get('label_version')!r} without the "
+                f"exporter's env config, but the installed lrmgym reads format {LABEL_VERSION} with it; export the "
+                "data again with this lrmgym (lrmgym export verl)."
+            )
+        return cls(settings["env"], settings.get("judge") or {})
+
+    def compute_score(
+        self,
+        data_source: Any = None,
+        solution_str: Any = "",
+        ground_truth: Any = None,
+        extra_info: Any = None,
+        **kwargs: Any,
+    ) -> dict[str, float]:
+        """Grade one response (see the module's :func:`compute_score`)."""
+        return _score_one(self.scorer, solution_str, ground_truth, extra_info)
+
+    def compute_score_batch(
+        self,
+        data_sources: Sequence[Any] | None = None,
+        solution_strs: Sequence[Any] = (),
+        ground_truths: Sequence[Any] | None = None,
+        extra_infos: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, float]]:
+        """Grade a batch, each prompt's responses as one group (see the module's :func:`compute_score_batch`)."""
+        return _score_batch(self.scorer, solution_strs, ground_truths, extra_infos)
+
+    def close(self) -> None:
+        """Close the env (sandboxes) and the math verifier's workers."""
+        self.scorer.close()
+
+
 def compute_score(
     data_source: Any = None, solution_str: Any = "", ground_truth: Any = None, extra_info: Any = None, **kwargs: Any
 ) -> dict[str, float]:
     """The custom reward verl calls: grade one response against the task its row's label names.
+
+    This module function has no exporter's config: the label's task is graded with this process's defaults for
+    every setting and the env's verifier alone. The ``reward.py`` of :func:`export_verl` binds the export's
+    configs instead (:class:`VerlReward`).
 
     Args:
         data_source: The row's ``data_source`` (not used: the label says everything).
@@ -136,19 +234,7 @@ def compute_score(
         LabelError: No usable label in the row.
         ConfigError: The label's judges compare responses within a group (use :func:`compute_score_batch`).
     """
-    label = decode_label(_label(ground_truth, extra_info, "extra_info"), "extra_info.label")
-    scorer = _scorer()
-    world = scorer.world(label, "extra_info.label")
-    if world.group_judges:
-        from lrmgym.configs.errors import ConfigError
-
-        raise ConfigError(
-            f"judge.{world.group_judges[0]}: this judge compares the responses of a prompt, but verl's per-response "
-            "reward manager hands compute_score one response at a time. Set reward_model.reward_manager=batch and "
-            "custom_reward_function.name=compute_score_batch (the responses of a batch are grouped by their label), "
-            "or export without the group-aware judge."
-        )
-    return _result(scorer.score([label], [_text(solution_str)])[0])
+    return _score_one(_scorer(), solution_str, ground_truth, extra_info)
 
 
 def compute_score_batch(
@@ -169,17 +255,7 @@ def compute_score_batch(
     Raises:
         LabelError: A row has no usable label (named by its position).
     """
-    texts = [_text(s) for s in solution_strs]
-    n = len(texts)
-    truths = list(ground_truths) if ground_truths is not None else [None] * n
-    extras = list(extra_infos) if extra_infos is not None else [None] * n
-    if len(truths) != n or len(extras) != n:
-        raise ValueError(
-            f"compute_score_batch got {n} responses, {len(truths)} ground truths and {len(extras)} extra_infos; verl "
-            "passes one of each per response."
-        )
-    labels = [_label(truths[i], extras[i], f"extra_infos[{i}]") for i in range(n)]
-    return [_result(s) for s in _scorer().score(labels, texts)]
+    return _score_batch(_scorer(), solution_strs, ground_truths, extra_infos)
 
 
 # --------------------------------------------------------------------------------------------------- the files
@@ -204,19 +280,21 @@ Generated by `lrmgym export verl` (lrmgym {version}). Train with these python -m
 
     {overrides}
 
-Each row's extra_info.label rebuilds its task, env and judges with the installed lrmgym, which must be importable
-where verl computes the rewards. compute_score grades one response (verl's default reward manager);
-compute_score_batch grades a whole batch, each prompt's responses as one group (reward_model.reward_manager=batch).
+Each row's extra_info.label names its task; the env and judges, with every setting (sandbox, time and memory
+bounds, workers, data files, judge endpoints), are SETTINGS below, fixed at export time: a label that names a
+setting is refused. The installed lrmgym must be importable where verl computes the rewards. compute_score grades
+one response (verl's default reward manager); compute_score_batch grades a whole batch, each prompt's responses
+as one group (reward_model.reward_manager=batch).
 """
 
-from lrmgym.adapters.verl import compute_score, compute_score_batch  # noqa: F401 - verl looks them up by name
-from lrmgym.integrations.labels import LABEL_VERSION
+import json
 
-if LABEL_VERSION != {label_version}:
-    raise RuntimeError(
-        "this reward.py was written for lrmgym label format {label_version}, but the installed lrmgym reads format "
-        f"{{LABEL_VERSION}}; export the data again with this lrmgym (lrmgym export verl)."
-    )
+from lrmgym.adapters.verl import VerlReward
+
+SETTINGS = json.loads({settings})
+_REWARD = VerlReward.from_settings(SETTINGS)
+compute_score = _REWARD.compute_score  # verl looks the functions up by name
+compute_score_batch = _REWARD.compute_score_batch
 '''
 
 
@@ -336,20 +414,22 @@ def export_verl(
         tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
         tmp.mkdir()
         train = [(i, env.task_at(i, seed=seed)) for i in range(n_train)]
-        train_rows = _rows(train, lambda i: encode_label(env_data, judge_data, i, seed), source, "train", seed)
+        train_rows = _rows(train, lambda i: encode_label(env_data, i, seed), source, "train", seed)
         _write_parquet(tmp / TRAIN_FILE, train_rows)
         grader, tasks = select_tasks(env, cfg.eval.model_copy(update={"tasks": n_test}))
         opened.append(grader)
         options = getattr(grader, "config", None)  # the env's options with the eval split applied
         eval_env = {**env_data, **(options.model_dump(mode="json") if isinstance(options, BaseModel) else {})}
         eval_env["id"] = cfg.env.id
-        eval_label = lambda i: encode_label(eval_env, judge_data, i, eval_seed)  # noqa: E731
+        eval_label = lambda i: encode_label(eval_env, i, eval_seed)  # noqa: E731
         test_rows = _rows(list(enumerate(tasks)), eval_label, source, "test", eval_seed)
         _write_parquet(tmp / TEST_FILE, test_rows)
         overrides = verl_overrides(out_dir, group_aware)
         text = _REWARD_TEMPLATE.format(
             env_id=cfg.env.id, judges=", ".join(judge_data) or "none (the env's verifier)", version=version or "?",
-            overrides=" \\\n    ".join(overrides), label_version=LABEL_VERSION,
+            overrides=" \\\n    ".join(overrides),
+            settings=json.dumps(json.dumps({"label_version": LABEL_VERSION, "env": env_data, "judge": judge_data},
+                                           sort_keys=True)),
         )  # fmt: skip
         (tmp / REWARD_FILE).write_text(text, encoding="utf-8")
         files = {

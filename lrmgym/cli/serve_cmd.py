@@ -54,12 +54,23 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[Any, dict[str, Any]]:
 
 @click.command("serve", context_settings={"ignore_unknown_options": True})
 @click.option("--port", type=int, default=8000, show_default=True, help="TCP port (0: a free one, printed).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface (0.0.0.0 for other machines).")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True,
+    help="Interface to listen on. 0.0.0.0 exposes the server to other machines: it has no authentication, so "
+    "anyone who reaches it can spend its CPU; use a private network or an authenticating proxy.",
+)  # fmt: skip
 @click.option("--workers", type=int, default=None, help="Grading threads (default: 4 per CPU core, at most 32).")
 @click.option("--max-concurrency", type=int, default=512, show_default=True, help="Requests in flight; more: 503.")
 @click.option("--max-body-mb", type=float, default=32.0, show_default=True, help="Largest request body; more: 413.")
 @click.option("--max-items", type=int, default=4096, show_default=True, help="Most queries per request; more: 413.")
-@click.option("--deadline-s", type=float, default=120.0, show_default=True, help="Per-request deadline; then 504.")
+@click.option(
+    "--deadline-s", type=float, default=120.0, show_default=True,
+    help="Seconds to score a request once its body arrived; then 504, and its grading not yet started is cancelled.",
+)  # fmt: skip
+@click.option(
+    "--read-timeout-s", type=float, default=30.0, show_default=True,
+    help="Seconds a request's headers, then its body, may take to arrive; slower: connection closed / 408.",
+)  # fmt: skip
 @click.option(
     "--group-size", type=int, default=1, show_default=True,
     help="Grade N completions of one task together across requests (the arena: --rollout.n_samples_per_prompt).",
@@ -69,7 +80,8 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[Any, dict[str, Any]]:
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 def command(
     port: int, host: str, workers: int | None, max_concurrency: int, max_body_mb: float, max_items: int,
-    deadline_s: float, group_size: int, group_wait_s: float, shutdown_grace_s: float, overrides: tuple[str, ...],
+    deadline_s: float, read_timeout_s: float, group_size: int, group_wait_s: float, shutdown_grace_s: float,
+    overrides: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Serve an env and its judges over HTTP for remote trainers (POST /get_reward, GET /health).
 
@@ -82,9 +94,18 @@ def command(
     from lrmgym.integrations.labels import LabelError, Scorer
     from lrmgym.integrations.serve import ServeConfig, serve
 
+    try:  # the [serve] extra, before anything is built
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise _UserError(
+            '`lrmgym serve` needs starlette and uvicorn: pip install -e ".[serve]" (or pip install "lrmgym[serve]").'
+        ) from None
+
     options: dict[str, Any] = dict(
         host=host, port=port, max_concurrency=max_concurrency, max_body_bytes=int(max_body_mb * (1 << 20)),
-        max_items=max_items, deadline_s=deadline_s, group_size=group_size, group_wait_s=group_wait_s,
+        max_items=max_items, deadline_s=deadline_s, read_timeout_s=read_timeout_s, group_size=group_size,
+        group_wait_s=group_wait_s,
         shutdown_grace_s=shutdown_grace_s,
     )  # fmt: skip
     if workers is not None:

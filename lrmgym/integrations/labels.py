@@ -1,20 +1,29 @@
-"""Task labels: one JSON string from which a remote process rebuilds a task, its env and its judges.
+"""Task labels: one JSON string that names a task, from which a remote process rebuilds it.
 
-A trainer outside lrmgym (OpenRLHF, or any client of ``lrmgym serve``) holds prompts and opaque labels, samples
-completions, and asks for rewards. The label is what lets that happen anywhere lrmgym is installed::
+A trainer outside lrmgym (OpenRLHF, verl, or any client of ``lrmgym serve``) holds prompts and opaque labels,
+samples completions, and asks for rewards. The label is what lets that happen anywhere lrmgym is installed::
 
-    {"v": 1, "env": {"id": "lrmgym/Math-v0", "difficulty": 1, ...}, "judge": {"accuracy": {"kind": ...}},
-     "index": 17, "seed": 0}
+    {"v": 1, "env": {"id": "lrmgym/Math-v0", "difficulty": 1, "split": "train", ...}, "index": 17, "seed": 0}
 
-``env`` is the env config as :attr:`lrmgym.configs.schema.RunConfig.env` dumps it (the id and every option),
-``judge`` the judge configs by name as ``RunConfig.judge`` dumps them (``{}``: the env's verifier alone), and the
-task is ``env.task_at(index, seed)``: a pure function of the two numbers (see :class:`lrmgym.core.TextEnv`). The
-label is a JSON *string*, not an object, because Hugging Face ``datasets`` (which OpenRLHF reads the data with)
-coerces an object column into one struct schema across rows. A *short* label ``{"v": 1, "index": i, "seed": s}``
-names a task of an env known from elsewhere (a server started with ``env=...``).
+``env`` is the env's id and its *task* options (which problems, how the prompt reads: difficulty, split, order,
+template...), and the task is ``env.task_at(index, seed)``: a pure function of the two numbers (see
+:class:`lrmgym.core.TextEnv`). The label is a JSON *string*, not an object, because Hugging Face ``datasets``
+(which OpenRLHF reads the data with) coerces an object column into one struct schema across rows. A *short* label
+``{"v": 1, "index": i, "seed": s}`` names a task of an env known from elsewhere (a server started with ``env=...``).
 
-What the label assumes: the remote side has the same lrmgym (label format ``v`` 1) and the data files a data-set
-env reads (``source``, ``data_dir``: paths are resolved there). A procedural env needs no data at all.
+A label carries the task, never a setting. Labels come from data rows and HTTP clients, so none of them may choose
+the sandbox, a time or memory bound, a worker count, a file or folder, or an endpoint: :func:`decode_label` refuses
+every env option of :data:`SETTING_KEYS` (and every key shaped like one, :func:`setting_keys`) and any ``judge``
+(judges hold LLM endpoints, timeouts and workers) in one :class:`LabelError`, before anything is built or read.
+:func:`encode_label` leaves them out. The settings come from the exporter's config, which ``lrmgym export``
+writes into the plug-in it generates (OpenRLHF's ``reward_func.py`` / ``agent_func.py``, verl's ``reward.py``)
+and which those files give to a :class:`Scorer` (``Scorer(env, judge)``), or from the server's own ``env=...
+judge=...``. A scorer with no such config (``Scorer()``) builds a label's task with this process's defaults for
+every setting (the env's verifier alone, the default sandbox and bounds), so procedural envs only: a data set is
+named by its ``source``, a setting.
+
+What the label assumes: the remote side has the same lrmgym (label format ``v`` 1), and, with the exporter's config,
+the data files it names (paths are resolved there).
 
 :class:`Scorer` grades ``(label, completion)`` items: it builds each distinct env + judges once (a
 :class:`World`), groups the items of one task so that group-aware judges (the arena) see them together, and
@@ -47,6 +56,7 @@ __all__ = [
     "LABEL_VERSION",
     "Label",
     "LabelError",
+    "SETTING_KEYS",
     "Score",
     "Scorer",
     "World",
@@ -55,8 +65,10 @@ __all__ = [
     "decode_label",
     "encode_label",
     "group_judges",
+    "setting_keys",
     "short_label",
     "strip_stop_texts",
+    "task_options",
     "write_data",
 ]
 
@@ -74,7 +86,23 @@ DEFAULT_STOP_TEXTS = (
 GROUP_JUDGE_KINDS = frozenset({"arena", "llm_pairwise", "rule_pairwise"})
 """Judge kinds that compare the completions of a group: with one completion they cannot do their job."""
 _PROMPT_TAIL_CHARS = 256
-_LABEL_KEYS = ("v", "env", "judge", "index", "seed")
+_LABEL_KEYS = ("v", "env", "index", "seed")
+SETTING_KEYS = frozenset({
+    # isolation of the code sandbox, and the interpreter it runs
+    "sandbox", "warm_sandbox", "python",
+    # time, memory, output and size bounds of the verifiers (code sandbox, math checker)
+    "timeout_s", "memory_mb", "output_bytes", "max_code_chars", "max_answer_chars",
+    # processes and threads
+    "workers",
+    # files and folders: a data set (a named one or a path), its folder, the 24 puzzles' file
+    "source", "data_dir", "data_path",
+    # how grading treats the answer: strictness, and what multi-turn feedback reveals (full: the expected values)
+    "strict", "feedback", "feedback_chars",
+})  # fmt: skip
+"""Env options that are settings, not the task, in lrmgym's own envs: a label may not carry them."""
+_SETTING_SUFFIXES = ("_s", "_ms", "_mb", "_gb", "_bytes", "_chars", "_dir", "_path", "_file", "_url", "_env", "_key")
+_SETTING_WORDS = ("sandbox", "timeout", "memory", "worker", "thread", "python", "path", "url", "endpoint", "model",
+                  "api_key", "token", "secret", "source")  # fmt: skip
 
 
 class LabelError(ValueError):
@@ -99,6 +127,28 @@ def _canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def setting_keys(options: Iterable[str]) -> list[str]:
+    """The keys among env ``options`` that are settings, not the task (sorted): a label may not carry them.
+
+    :data:`SETTING_KEYS` lists those of lrmgym's own envs; so that a plug-in env's (or a new) option shaped like a
+    bound, a path or an endpoint is refused too, a key that ends in a unit or path suffix (``_s``, ``_mb``,
+    ``_bytes``, ``_chars``, ``_dir``, ``_path``, ``_url``...) or contains one of ``sandbox``, ``timeout``,
+    ``memory``, ``worker``, ``python``, ``path``, ``url``, ``model``, ``source``... counts as one.
+    """
+    out = []
+    for key in options:
+        name = str(key).lower()
+        if key in SETTING_KEYS or name.endswith(_SETTING_SUFFIXES) or any(w in name for w in _SETTING_WORDS):
+            out.append(str(key))
+    return sorted(out)
+
+
+def task_options(env: Mapping[str, Any]) -> dict[str, Any]:
+    """An env config (``{"id": ..., options}``) without its settings (:func:`setting_keys`): what a label carries."""
+    drop = set(setting_keys(k for k in env if k != "id"))
+    return {k: v for k, v in env.items() if k not in drop}
+
+
 def _non_negative_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise LabelError(f"{where}: expected a non-negative integer, got {_show(value)}.")
@@ -108,19 +158,17 @@ def _non_negative_int(value: Any, where: str) -> int:
 # --------------------------------------------------------------------------------------------------- the label
 @dataclass(frozen=True)
 class Label:
-    """A decoded label: which task, and (for a full label) which env and judges.
+    """A decoded label: which task, and (for a full label) which env and task options.
 
     Attributes:
         index: The task's index in its stream.
         seed: The stream's seed (``env.task_at(index, seed)``).
-        env: The env config (``{"id": ..., options}``), or ``None`` for a short label.
-        judge: The judge configs by name (``{}``: the env's verifier alone), or ``None`` for a short label.
+        env: The env's id and task options (``{"id": ..., options}``, no setting), or ``None`` for a short label.
     """
 
     index: int
     seed: int
     env: dict[str, Any] | None = None
-    judge: dict[str, dict[str, Any]] | None = None
 
     @property
     def short(self) -> bool:
@@ -131,15 +179,17 @@ class Label:
         """The label as the JSON string datasets carry."""
         if self.env is None:
             return short_label(self.index, self.seed)
-        return encode_label(self.env, self.judge or {}, self.index, self.seed)
+        return encode_label(self.env, self.index, self.seed)
 
 
-def encode_label(env: Any, judge: Mapping[str, Any] | None, index: int, seed: int) -> str:
-    """The label of task ``index`` of stream ``seed`` of ``env`` graded by ``judge``, as a JSON string.
+def encode_label(env: Any, index: int, seed: int) -> str:
+    """The label of task ``index`` of stream ``seed`` of ``env``, as a JSON string.
+
+    The label holds the env's id and its task options only: every setting (:func:`setting_keys`: sandbox, bounds,
+    workers, files) is left out, for the scorer to take from the exporter's config.
 
     Args:
         env: The env config: a :class:`~lrmgym.configs.schema.EnvConfig` or its dump ``{"id": ..., options}``.
-        judge: The judge configs by name (pydantic models or their dumps); ``None`` or ``{}``: the env alone.
         index: The task's index (non-negative).
         seed: The stream's seed (non-negative).
 
@@ -149,11 +199,9 @@ def encode_label(env: Any, judge: Mapping[str, Any] | None, index: int, seed: in
     env_data = _dump(env, "env")
     if not isinstance(env_data.get("id"), str):
         raise LabelError(f"env: the config has no 'id' string (got {_show(env_data.get('id'))}); give an EnvConfig.")
-    judges = {str(name): _dump(cfg, f"judge.{name}") for name, cfg in (judge or {}).items()}
     data = {
         "v": LABEL_VERSION,
-        "env": env_data,
-        "judge": judges,
+        "env": task_options(env_data),
         "index": _non_negative_int(index, "index"),
         "seed": _non_negative_int(seed, "seed"),
     }
@@ -169,9 +217,12 @@ def short_label(index: int, seed: int) -> str:
 def decode_label(text: Any, where: str = "label") -> Label:
     """Parse a label (its JSON string, or the already-parsed mapping); ``where`` prefixes error messages.
 
+    Nothing is built and no file is read here: a label that carries a setting (:func:`setting_keys`) or judges is
+    refused as it is parsed.
+
     Raises:
-        LabelError: The label is empty, not JSON, not an object, of another format version, or a field has the
-            wrong type; the message names the field and the value.
+        LabelError: The label is empty, not JSON, not an object, of another format version, a field has the
+            wrong type, or it carries settings or judges; the message names the field and the value.
     """
     if isinstance(text, Label):
         return text
@@ -196,6 +247,12 @@ def decode_label(text: Any, where: str = "label") -> Label:
         raise LabelError(f"{where}: expected a label string (JSON), got {type(text).__name__}: {_show(text)}.")
     if not isinstance(data, dict):
         raise LabelError(f"{where}: expected a JSON object, got {type(data).__name__}: {_show(data)}.")
+    if "judge" in data:
+        raise LabelError(
+            f"{where}.judge: a label names its task, never its judges (LLM endpoints, models, timeouts, workers): "
+            "they come from the exporter's config (the plug-in file `lrmgym export` wrote) or the server's judge=...; "
+            "export the data again with this lrmgym."
+        )
     unknown = sorted(str(k) for k in data if k not in _LABEL_KEYS)
     if unknown:
         raise LabelError(f"{where}.{unknown[0]}: unknown key; a label has only {', '.join(_LABEL_KEYS)}.")
@@ -210,20 +267,20 @@ def decode_label(text: Any, where: str = "label") -> Label:
             raise LabelError(f"{where}.{key}: missing; a label names its task by index and seed.")
     index = _non_negative_int(data["index"], f"{where}.index")
     seed = _non_negative_int(data["seed"], f"{where}.seed")
-    env, judge = data.get("env"), data.get("judge")
+    env = data.get("env")
     if env is None:
-        if judge is not None:
-            raise LabelError(f"{where}.judge: a label with judges needs its env too (an 'env' object).")
         return Label(index=index, seed=seed)
     if not isinstance(env, dict) or not isinstance(env.get("id"), str):
         raise LabelError(f"{where}.env: expected an env config object with an 'id' string, got {_show(env)}.")
-    judge = {} if judge is None else judge
-    if not isinstance(judge, dict):
-        raise LabelError(f"{where}.judge: expected judge configs by name (an object), got {_show(judge)}.")
-    for name, cfg in judge.items():
-        if not isinstance(cfg, dict) or not isinstance(cfg.get("kind"), str):
-            raise LabelError(f"{where}.judge.{name}: expected a judge config object with a 'kind', got {_show(cfg)}.")
-    return Label(index=index, seed=seed, env=env, judge=judge)
+    settings = setting_keys(k for k in env if k != "id")
+    if settings:
+        raise LabelError(
+            f"{where}.env: {', '.join(settings)}: a label names its task, never a setting (sandbox, time and memory "
+            "bounds, workers, files, endpoints); those come from the exporter's config (the plug-in file `lrmgym "
+            "export` wrote) or the server's env=... options. Remove them from the label, or export the data again "
+            "with this lrmgym."
+        )
+    return Label(index=index, seed=seed, env=env)
 
 
 def group_judges(judge: Mapping[str, Any]) -> list[str]:
@@ -340,6 +397,16 @@ def _normalise(env: Mapping[str, Any], judge: Mapping[str, Any], where: str) -> 
     return env_cfg, judges
 
 
+def _full_id(env_id: Any) -> Any:
+    """A registered env's full id (``Math-v0`` -> ``lrmgym/Math-v0``); an unknown one as it is."""
+    from lrmgym.registry import UnknownEnvError, spec
+
+    try:
+        return spec(str(env_id)).id
+    except UnknownEnvError:
+        return env_id
+
+
 def world_key(env: Mapping[str, Any], judge: Mapping[str, Any]) -> str:
     """The identity of an env + judges: their canonical JSON."""
     return _canonical({"env": dict(env), "judge": dict(judge)})
@@ -400,8 +467,8 @@ class World:
         return str(self.env_config["id"])
 
     def label(self, index: int, seed: int) -> str:
-        """The full label of task ``index`` of stream ``seed`` in this world."""
-        return encode_label(self.env_config, self.judge_config, index, seed)
+        """The full label of task ``index`` of stream ``seed`` in this world (its task options, no setting)."""
+        return encode_label(self.env_config, index, seed)
 
     def task(self, index: int, seed: int, where: str = "label") -> Task:
         """Task ``index`` of stream ``seed`` (cached); a task the env cannot build raises :class:`LabelError`."""
@@ -521,13 +588,17 @@ class Scorer:
 
     Two modes:
 
-    - ``Scorer()`` (the OpenRLHF plug-ins): every label is a full label and the worlds are built from the
-      labels (at most ``max_worlds`` distinct ones). The labels come from the data set the user exported.
-    - ``Scorer(env, judge)`` (``lrmgym serve``): one world, fixed when the scorer is made. A short label names a
-      task of it; a full label must describe this same env and judges (after validation), else it is refused,
-      except that its ``env.split`` may differ (the eval rows of :func:`write_data` carry the held-out split).
-      A server never builds an env a request describes: that would let any client choose, say, a code sandbox
-      without isolation (``sandbox: process``) or a data file on the server.
+    - ``Scorer(env, judge)`` (``lrmgym serve``, and the plug-ins ``lrmgym export`` writes, with the exporter's
+      config): one world, fixed when the scorer is made. A short label names a task of it; a full label's task
+      options must be this env's, else it is refused, except that its ``env.split`` may differ (the eval rows of
+      :func:`write_data` carry the held-out split): that variant is the fixed config with the label's split, every
+      setting (sandbox, bounds, files) and the judges staying the fixed ones.
+    - ``Scorer()``: every label is a full label and the worlds are built from the labels' task options (at most
+      ``max_worlds`` distinct ones), with this process's defaults for every setting and no judge.
+
+    Either way a label never chooses a setting: :func:`decode_label` refuses one before anything is built, so no
+    label (a data row, an HTTP client) can pick, say, a code sandbox without isolation (``sandbox: process``), a
+    bound, or a data file on the machine.
 
     Args:
         env: The fixed env config (an :class:`~lrmgym.configs.schema.EnvConfig` or its dump), or ``None``.
@@ -574,7 +645,7 @@ class Scorer:
                     "server started with env=...; give the full label `lrmgym export openrlhf` writes."
                 )
             return self.fixed
-        raw = _canonical({"env": label.env, "judge": label.judge or {}})
+        raw = _canonical(label.env)
         with self._lock:
             key = self._keys.get(raw)
             world = self._worlds.get(key) if key is not None else None
@@ -591,7 +662,7 @@ class Scorer:
                     f"{where}: this label's env and judges would be distinct config number {len(self._worlds) + 1}; "
                     f"a scorer builds at most {self.max_worlds} (max_worlds). Split the data per env."
                 )
-            world = World(label.env, label.judge or {}, max_completion_chars=self.max_completion_chars, where=where)
+            world = World(label.env, {}, max_completion_chars=self.max_completion_chars, where=where)
             existing = self._worlds.get(world.key)
             if existing is not None:  # the same configs, spelled differently
                 world.close()
@@ -601,20 +672,26 @@ class Scorer:
             return world
 
     def _match_fixed(self, raw: str, label: Label, where: str) -> World:
-        """The fixed world, or its variant on another ``split`` (the eval rows), for a full label that names it."""
+        """The fixed world, or its variant on another ``split`` (the eval rows), for a full label that names it.
+
+        The label's task options are laid over the fixed config (whose settings the label cannot carry), and the
+        result may differ from the fixed config in ``split`` only.
+        """
         assert self.fixed is not None
-        env_cfg, judge_cfgs = _normalise(label.env or {}, label.judge or {}, where)
-        theirs = env_cfg.model_dump(mode="json")
-        judges = {n: c.model_dump(mode="json") for n, c in judge_cfgs.items()}
         ours = self.fixed.env_config
-        diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-        if judges != self.fixed.judge_config or diff not in ([], ["split"]):
-            what = f"env option(s) {', '.join(diff)}" if diff else "judges"
+        judges = self.fixed.judge_config
+        if label.env is not None and _full_id(label.env.get("id")) != ours["id"]:
+            theirs: dict[str, Any] = {"id": label.env.get("id")}
+            diff = ["id"]
+        else:
+            theirs = _normalise({**ours, **(label.env or {})}, {}, where)[0].model_dump(mode="json")
+            diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        if diff not in ([], ["split"]):
             raise LabelError(
-                f"{where}: the label describes another env or judges than this server's ({what} differ; the server "
-                f"has {self.fixed.env_id} with judges {sorted(self.fixed.judge_config) or 'none'}, and accepts "
-                "another env.split only). Start the server with the env=... judge=... the data was exported with, "
-                'or send short labels {"v":1,"index":I,"seed":S}.'
+                f"{where}: the label describes another env than this one (env option(s) {', '.join(diff)} differ; "
+                f"this scorer has {self.fixed.env_id} with judges {sorted(judges) or 'none'}, and accepts another "
+                "env.split only). Start the server with the env=... the data was exported with (or use the plug-in "
+                'file exported with the data), or send short labels {"v":1,"index":I,"seed":S}.'
             )
         key = world_key(theirs, judges)
         with self._lock:  # the held-out split of the same env (eval rows): a variant the server builds itself
@@ -739,7 +816,6 @@ def write_data(cfg: Any, out_dir: str | Path, n_train: int, n_eval: int | None =
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env_data = cfg.env.model_dump(mode="json")
-    judge_data = {name: j.model_dump(mode="json") for name, j in cfg.judge.items()}
     env = cfg.env.make().unwrapped
     source = datasource_name(cfg.env.id)
     seed = int(cfg.run.seed)
@@ -756,7 +832,7 @@ def write_data(cfg: Any, out_dir: str | Path, n_train: int, n_eval: int | None =
                               "datasource": source, "warnings": []}  # fmt: skip
     try:
         train = ((i, env.task_at(i, seed=seed)) for i in range(n_train))
-        atomic_write(result["train"], rows(train, lambda i: encode_label(env_data, judge_data, i, seed)))
+        atomic_write(result["train"], rows(train, lambda i: encode_label(env_data, i, seed)))
         if n_eval:
             grader, tasks = select_tasks(env, cfg.eval.model_copy(update={"tasks": n_eval}))
             eval_env = _eval_env_config(grader, cfg.env.id)
@@ -764,7 +840,7 @@ def write_data(cfg: Any, out_dir: str | Path, n_train: int, n_eval: int | None =
             result["eval"] = out / "eval.jsonl"
             result["eval_rows"] = len(tasks)
             labelled = list(enumerate(tasks))
-            atomic_write(result["eval"], rows(labelled, lambda i: encode_label(eval_env, judge_data, i, eval_seed)))
+            atomic_write(result["eval"], rows(labelled, lambda i: encode_label(eval_env, i, eval_seed)))
             if eval_env == env_data and eval_seed == seed:
                 result["warnings"].append(
                     f"train and eval rows are the same tasks: both come from split "

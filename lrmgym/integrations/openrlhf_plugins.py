@@ -1,8 +1,10 @@
 """OpenRLHF plug-ins: the ``reward_func.py`` / ``agent_func.py`` files OpenRLHF 0.11.2 loads, and the code they run.
 
 :func:`write_plugins` writes one small Python module per export. The module imports the installed lrmgym and holds
-no env or judge config of its own: every row's label (:mod:`lrmgym.integrations.labels`) rebuilds its task, env
-and judges in the Ray actor that loads the file.
+the exporter's env and judge configs (``SETTINGS``, fixed at export time): every row's label
+(:mod:`lrmgym.integrations.labels`) names only its task, which the Ray actor that loads the file rebuilds in that
+env. Every setting (the sandbox, time and memory bounds, workers, data files, judge endpoints) is the exporter's:
+a label that names one is refused.
 
 - Single-turn envs get ``reward_func.py`` (``--reward.remote_url reward_func.py``). OpenRLHF's
   ``SingleTurnAgentExecutor`` calls the module's ``reward_func(queries, prompts, labels)`` once per sample, with
@@ -172,23 +174,34 @@ def _tensor(values: Sequence[float]) -> Any:
     return torch.tensor(list(values), dtype=torch.float32)
 
 
+def _fixed_scorer(settings: Mapping[str, Any], what: str, max_worlds: int) -> Scorer:
+    """The scorer over the exporter's env and judge configs that a generated file's ``SETTINGS`` hold."""
+    if not isinstance(settings.get("env"), Mapping):
+        raise RuntimeError(
+            f"{what} holds no env config (written by an lrmgym whose labels carried the env's settings); regenerate "
+            "the export with this lrmgym (lrmgym export openrlhf)."
+        )
+    return Scorer(settings["env"], settings.get("judge") or {}, max_worlds=max_worlds)
+
+
 class RewardRuntime:
     """What a generated ``reward_func.py`` calls: scores OpenRLHF's ``(queries, prompts, labels)`` with lrmgym.
 
     Args:
+        scorer: The scorer over the exporter's env and judges (labels name tasks of it).
         stop_texts: End-of-sequence / padding texts removed from the end of each completion.
-        max_worlds: Most distinct env + judge configs built from labels.
     """
 
-    def __init__(self, stop_texts: Iterable[str] = DEFAULT_STOP_TEXTS, max_worlds: int = 8) -> None:
+    def __init__(self, scorer: Scorer, stop_texts: Iterable[str] = DEFAULT_STOP_TEXTS) -> None:
         self.stop_texts = tuple(stop_texts)
-        self.scorer = Scorer(max_worlds=max_worlds)
+        self.scorer = scorer
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> RewardRuntime:
-        """The runtime a generated file's ``SETTINGS`` describe."""
+        """The runtime a generated file's ``SETTINGS`` describe (the exporter's ``env`` and ``judge`` configs)."""
         _check_version(settings, REWARD_FILE)
-        return cls(settings.get("stop_texts", DEFAULT_STOP_TEXTS), int(settings.get("max_worlds", 8)))
+        scorer = _fixed_scorer(settings, REWARD_FILE, int(settings.get("max_worlds", 8)))
+        return cls(scorer, settings.get("stop_texts", DEFAULT_STOP_TEXTS))
 
     def score(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any]) -> list[Score]:
         """One :class:`~lrmgym.integrations.labels.Score` per query; never raises for the model's text."""
@@ -220,7 +233,7 @@ class Episode:
     """One multi-turn episode of one sample: grades each turn and says what the env replies.
 
     Args:
-        world: The env and judges (from the label).
+        world: The env and judges (the exporter's; the label names the task).
         index: The task's index.
         seed: The task's stream seed.
         turn_format: How feedback is wrapped between turns.
@@ -295,17 +308,17 @@ class AgentRuntime:
     """What a generated ``agent_func.py`` calls: starts an :class:`Episode` per OpenRLHF sample.
 
     Args:
+        scorer: The scorer over the exporter's env and judges (labels name tasks of it).
         stop_texts: Texts removed from the end of each policy turn.
         turn_format: The turn markers (a :class:`TurnFormat` or its dict); ``None``: recognised from each prompt.
-        max_worlds: Most distinct env + judge configs built from labels.
         max_turns: Policy turns per episode (``learner.max_turns``); ``None``: each env's own.
     """
 
     def __init__(
         self,
+        scorer: Scorer,
         stop_texts: Iterable[str] = DEFAULT_STOP_TEXTS,
         turn_format: TurnFormat | Mapping[str, str] | None = None,
-        max_worlds: int = 8,
         max_turns: int | None = None,
     ) -> None:
         self.stop_texts = tuple(stop_texts)
@@ -313,16 +326,16 @@ class AgentRuntime:
         if isinstance(turn_format, Mapping):
             turn_format = TurnFormat(**turn_format)
         self.turn_format = turn_format
-        self.scorer = Scorer(max_worlds=max_worlds)
+        self.scorer = scorer
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> AgentRuntime:
-        """The runtime a generated file's ``SETTINGS`` describe."""
+        """The runtime a generated file's ``SETTINGS`` describe (the exporter's ``env`` and ``judge`` configs)."""
         _check_version(settings, AGENT_FILE)
         return cls(
+            _fixed_scorer(settings, AGENT_FILE, int(settings.get("max_worlds", 8))),
             settings.get("stop_texts", DEFAULT_STOP_TEXTS),
             settings.get("turn_format"),
-            int(settings.get("max_worlds", 8)),
             settings.get("max_turns"),
         )
 
@@ -344,8 +357,9 @@ _REWARD_TEMPLATE = '''"""OpenRLHF reward function for lrmgym: env {env_id}, judg
 
 Generated by lrmgym {version} for OpenRLHF {openrlhf}. Load it with ``--reward.remote_url {name}`` and the data's
 label column (``--data.label_key label``): ``reward_func`` is called once per sample with the decoded query, the
-prompt and the label; the label rebuilds the task, the env and the judges with the installed lrmgym, which must
-be importable in every Ray worker. Returns ``rewards`` (the judged verdict's score; the env's failure value when
+prompt and the label; the label names the task, graded in the env and judges of SETTINGS (fixed at export time,
+every setting included: a label that names one is refused) with the installed lrmgym, which must be importable in
+every Ray worker. Returns ``rewards`` (the judged verdict's score; the env's failure value when
 ungradeable), ``scores`` (0..1: correctness) and ``extra_logs`` (each judge's component, verdict flags).
 """
 
@@ -366,8 +380,9 @@ def reward_func(queries, prompts, labels, **kwargs):
 _AGENT_TEMPLATE = '''"""OpenRLHF multi-turn agent for lrmgym: env {env_id} (up to {turns} turns), judges {judges}.
 
 Generated by lrmgym {version} for OpenRLHF {openrlhf}. Load it with ``--train.agent_func_path {name}`` and the
-data's label column (``--data.label_key label``). Each sample gets an ``AgentInstance``: ``reset`` rebuilds its
-task, env and judges from the label with the installed lrmgym (importable in every Ray worker); each ``step``
+data's label column (``--data.label_key label``). Each sample gets an ``AgentInstance``: ``reset`` rebuilds the task
+its label names, in the env and judges of SETTINGS (fixed at export time; a label that names a setting is refused),
+with the installed lrmgym (importable in every Ray worker); each ``step``
 grades the turn in a worker thread and returns the env's feedback (in the prompt's turn markers) until the answer
 is right, the env has nothing to add, or the turns are used up. The step rewards sum to the latest verdict's score.
 """
@@ -458,8 +473,9 @@ def write_plugins(
     """Write the OpenRLHF plug-in file for ``cfg``'s env and judges: ``reward_func.py`` or ``agent_func.py``.
 
     Single-turn episodes get ``reward_func.py``, multi-turn ones ``agent_func.py``: the turns are the learner's
-    ``max_turns`` when it has one set (as lrmgym's on-policy learners read it), else the env's. The file holds no
-    env or judge config: the data's labels carry them (:func:`lrmgym.integrations.labels.write_data`).
+    ``max_turns`` when it has one set (as lrmgym's on-policy learners read it), else the env's. The file holds the
+    env and judge configs, every setting included (sandbox, bounds, workers, data files, judge endpoints): the
+    data's labels name only the tasks (:func:`lrmgym.integrations.labels.write_data`).
 
     Args:
         cfg: A resolved :class:`~lrmgym.configs.schema.RunConfig` (its ``env`` and ``judge`` sections are used).
@@ -468,7 +484,7 @@ def write_plugins(
             the multi-turn feedback's turn markers and its EOS / pad texts are stripped. ``None``: the markers are
             recognised from each prompt at run time (ChatML, Llama 3; else plain text).
         stop_texts: Texts stripped from the end of completions, on top of common EOS / pad texts.
-        max_worlds: Most distinct env + judge configs one loaded file builds.
+        max_worlds: Most env variants one loaded file builds (the env and its eval split: 2).
 
     Returns:
         ``{"multi_turn", "reward_func", "agent_func", "argv", "turn_format"}``: the file written (the other is
@@ -502,6 +518,8 @@ def write_plugins(
         "openrlhf_version": OPENRLHF_VERSION,
         "env_id": cfg.env.id,
         "judges": sorted(judge),
+        "env": cfg.env.model_dump(mode="json"),
+        "judge": judge,
         "stop_texts": stops,
         "max_worlds": max_worlds,
     }

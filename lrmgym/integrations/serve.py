@@ -24,12 +24,24 @@ requests of one task (same label) until N completions have arrived, or ``group_w
 them as one group.
 
 Limits, each answered with a JSON ``{"error": ...}``: a body over ``max_body_bytes`` or more than ``max_items``
-queries gets 413; more than ``max_concurrency`` requests in flight 503 (with ``Retry-After``); a request not
-answered within ``deadline_s`` 504; malformed JSON, a missing or mistyped field or an unusable label 400, the
-message naming the field (``labels[3].index: ...``). Grading runs in a thread pool of ``workers`` threads, off the
-event loop, through the env's own pools (the math verifier's killable workers, the code sandbox pool), whose
-wall-clock bounds hold for hostile completions. SIGINT and SIGTERM stop the server: requests in flight get up to
-``shutdown_grace_s``, then the env's sandboxes and verifier workers are closed.
+queries gets 413; more than ``max_concurrency`` requests in flight 503 (with ``Retry-After``); a request whose
+body has not arrived within ``read_timeout_s`` 408 (and a connection whose request headers have not arrived within
+``read_timeout_s`` is closed), so slow senders hold a slot that long at most; a request not scored within
+``deadline_s`` after its body arrived 504; malformed JSON, a missing or mistyped field or an unusable label 400,
+the message naming the field (``labels[3].index: ...``). A client that hangs up before its body is complete is
+logged in one line and counted apart (``disconnected``), not as a server error.
+
+Grading runs in a thread pool of ``workers`` threads, off the event loop, through the env's own pools (the math
+verifier's killable workers, the code sandbox pool), whose wall-clock bounds hold for hostile completions. Each
+item is its own job unless a judge compares a group (then each task's items are one job), so a request that
+times out (504) or whose client goes away has its jobs that have not started cancelled: the pool is free again
+once the items already running end, each within the env's own bound (``env.timeout_s``). SIGINT and SIGTERM stop
+the server: requests in flight get up to ``shutdown_grace_s``, then the env's sandboxes and verifier workers are
+closed.
+
+The server binds 127.0.0.1 unless told otherwise (``host``). It has no authentication: whoever can reach the port
+can spend its CPU on grading, so expose it (``--host 0.0.0.0``) on a private network or behind an authenticating
+proxy only.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +66,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.integrations.labels import DEFAULT_STOP_TEXTS, Item, LabelError, Score, Scorer, completion_from_query
 
-__all__ = ["RequestError", "RewardServer", "ServeConfig", "build_app", "parse_request", "serve"]
+__all__ = [
+    "RequestError",
+    "RewardServer",
+    "ServeConfig",
+    "build_app",
+    "header_bounded_protocol",
+    "parse_request",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +103,11 @@ class ServeConfig(BaseModel):
     max_items: int = Field(4096, ge=1)
     """Most queries in one request; more gets 413."""
     deadline_s: float = Field(120.0, gt=0, le=3600)
-    """A request not answered within this many seconds gets 504 (OpenRLHF's client gives up after 180 s)."""
+    """A request not scored within this many seconds after its body arrived gets 504 (OpenRLHF's client gives up
+    after 180 s); its grading jobs that have not started are cancelled."""
+    read_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """A request's headers, and then its body, must arrive within this many seconds each: a slower body gets 408,
+    slower headers a closed connection (slow senders hold a slot this long at most)."""
     group_size: int = Field(1, ge=1, le=4096)
     """Completions of one task graded together across requests (set it to --rollout.n_samples_per_prompt for the
     arena); 1 grades each request's items as they come, grouped only within the request."""
@@ -181,7 +206,12 @@ class RewardServer:
         self.stop_texts = tuple(stop_texts)
         self.executor = concurrent.futures.ThreadPoolExecutor(config.workers, thread_name_prefix="lrmgym-serve")
         self.in_flight = 0
-        self.counts = dict.fromkeys(("requests", "items", "ok", "rejected", "saturated", "timeouts", "errors"), 0)
+        self.counts = dict.fromkeys(
+            ("requests", "items", "ok", "rejected", "saturated", "timeouts", "read_timeouts", "disconnected", "errors"),
+            0,
+        )
+        self.grading = 0  # grading jobs queued or running in the thread pool
+        self._grading_lock = threading.Lock()
         self.started = time.time()
         self._buckets: dict[tuple[str, int, int], _Bucket] = {}
         self._closed = False
@@ -195,14 +225,40 @@ class RewardServer:
             item.world.task(item.index, item.seed, f"labels[{i}]")
         return items
 
+    def _submit(self, items: list[Item]) -> asyncio.Future:
+        """One grading job (items of one task, graded as a group) in the thread pool.
+
+        Cancelling the returned future before the job starts cancels the job: a request that times out or goes
+        away leaves nothing queued behind it.
+        """
+        with self._grading_lock:
+            self.grading += 1
+        job = self.executor.submit(Scorer.score_group, items)
+
+        def done(_: concurrent.futures.Future) -> None:  # ran to its end, or cancelled before it started
+            with self._grading_lock:
+                self.grading -= 1
+
+        job.add_done_callback(done)
+        return asyncio.wrap_future(job)
+
+    @staticmethod
+    def _jobs(items: list[Item]) -> list[list[int]]:
+        """The positions each job grades: each item alone, or each task's items together for a group judge."""
+        if any(item.world.group_judges for item in items):
+            return list(Scorer.groups(items).values())
+        return [[i] for i in range(len(items))]
+
     async def _score_now(self, items: list[Item]) -> list[Score]:
-        loop = asyncio.get_running_loop()
-        groups = Scorer.groups(items)
-        jobs = [
-            loop.run_in_executor(self.executor, Scorer.score_group, [items[p] for p in ps]) for ps in groups.values()
-        ]
+        jobs = self._jobs(items)
+        futures = [self._submit([items[p] for p in ps]) for ps in jobs]
+        try:
+            results = await asyncio.gather(*futures)
+        finally:  # a deadline or a client gone: the jobs that have not started never will
+            for future in futures:
+                future.cancel()
         out: list[Score | None] = [None] * len(items)
-        for positions, scores in zip(groups.values(), await asyncio.gather(*jobs), strict=True):
+        for positions, scores in zip(jobs, results, strict=True):
             for pos, score in zip(positions, scores, strict=True):
                 out[pos] = score
         return out  # type: ignore[return-value]
@@ -229,7 +285,9 @@ class RewardServer:
         if bucket.flushed:
             return
         bucket.flushed = True
-        job = asyncio.get_running_loop().run_in_executor(self.executor, Scorer.score_group, bucket.items)
+        if all(future.done() for future in bucket.futures):  # every request of the group timed out or went away
+            return
+        job = self._submit(bucket.items)
 
         def deliver(done: asyncio.Future) -> None:
             error = None if done.cancelled() else done.exception()
@@ -246,7 +304,12 @@ class RewardServer:
         job.add_done_callback(deliver)
 
     async def _score_grouped(self, items: list[Item]) -> list[Score]:
-        return list(await asyncio.gather(*(self._enqueue(item) for item in items)))
+        futures = [self._enqueue(item) for item in items]
+        try:
+            return list(await asyncio.gather(*futures))
+        finally:  # a group not yet graded whose requests have all gone is never graded (see _flush)
+            for future in futures:
+                future.cancel()
 
     async def score(self, queries: list[str], prompts: list[str | None], labels: list[Any]) -> dict[str, Any]:
         """The response body for parsed request fields (raises :class:`LabelError` for a bad label)."""
@@ -288,6 +351,7 @@ class RewardServer:
 
     async def get_reward(self, request: Any) -> Any:
         """``POST /get_reward``: score a batch (see the module docstring)."""
+        from starlette.requests import ClientDisconnect
         from starlette.responses import JSONResponse
 
         self.counts["requests"] += 1
@@ -297,8 +361,18 @@ class RewardServer:
             return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "1"})
         self.in_flight += 1
         try:
-            body = await self._read_body(request)
+            try:
+                body = await asyncio.wait_for(self._read_body(request), self.config.read_timeout_s)
+            except asyncio.TimeoutError:
+                self.counts["read_timeouts"] += 1
+                message = f"body: not received within {self.config.read_timeout_s:g} s (--read-timeout-s)."
+                return JSONResponse({"error": message}, status_code=408, headers={"Connection": "close"})
             result = await asyncio.wait_for(self._handle(body), self.config.deadline_s)
+        except ClientDisconnect:
+            self.counts["disconnected"] += 1
+            client = f"client {request.client.host}:{request.client.port}" if request.client else "a client"
+            logger.warning("lrmgym serve: %s disconnected while sending the request; nothing graded", client)
+            return JSONResponse({"error": "client disconnected"}, status_code=400)
         except RequestError as err:
             self.counts["rejected"] += 1
             return JSONResponse({"error": str(err)}, status_code=err.status)
@@ -330,6 +404,7 @@ class RewardServer:
             "judges": world.judge_names,
             "multi_turn": world.max_turns > 1,
             "in_flight": self.in_flight,
+            "grading": self.grading,
             "pending_groups": len(self._buckets),
             "max_concurrency": self.config.max_concurrency,
             "group_size": self.config.group_size,
@@ -367,6 +442,56 @@ def build_app(server: RewardServer) -> Any:
         Route("/health", server.health, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def header_bounded_protocol(read_timeout_s: float, on_timeout: Any = None) -> type:
+    """The HTTP protocol uvicorn picks (httptools when installed, else h11), plus a bound on the time headers take.
+
+    uvicorn bounds the idle time between requests (``timeout_keep_alive``) but not a request that is being sent:
+    a client that opens a connection and sends its headers a byte at a time would hold it forever. With this
+    protocol the headers of each request must be complete within ``read_timeout_s`` of the connection opening
+    (first request) or of the request's first byte (next requests on a kept-alive connection); else the
+    connection is closed and ``on_timeout()`` called. The body's bound is the app's (:class:`RewardServer`).
+    """
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class HeaderBoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._awaiting_headers():
+                self._disarm()
+            elif self._header_timer is None:
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _awaiting_headers(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._header_timer = self.loop.call_later(read_timeout_s, self._expire)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _expire(self) -> None:
+            self._header_timer = None
+            if self._awaiting_headers() and not self.transport.is_closing():
+                self.transport.close()
+                if on_timeout is not None:
+                    on_timeout()
+
+    return HeaderBoundedProtocol
 
 
 def serve(scorer: Scorer, config: ServeConfig, announce: Any = None) -> int | None:
@@ -407,9 +532,14 @@ def serve(scorer: Scorer, config: ServeConfig, announce: Any = None) -> int | No
         raise
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{port}"
+
+    def header_timeout() -> None:
+        server.counts["read_timeouts"] += 1
+
     uv_config = uvicorn.Config(
         build_app(server), log_level="warning", access_log=False, lifespan="on",
         timeout_graceful_shutdown=math.ceil(config.shutdown_grace_s), limit_concurrency=None,
+        http=header_bounded_protocol(config.read_timeout_s, header_timeout),
     )  # fmt: skip
     runner = _Server(uv_config)
     (announce or (lambda u: print(f"lrmgym serve: listening on {u}/get_reward", flush=True)))(url)

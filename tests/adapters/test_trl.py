@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -176,8 +177,15 @@ def test_call_problems_are_clear_errors(math_funcs, math_rows):
     with pytest.raises(LabelError, match=r"label\[0\]: not a JSON label"):
         math_funcs[0](None, ["x"], label=["not json"])
     other = adapter.dataset(env="game24", n=1, split="train")["label"]  # generated puzzles: no data file needed
-    with pytest.raises(LabelError, match="another env or judges"):
+    with pytest.raises(LabelError, match="another env than this one"):
         math_funcs[0](None, ["x"], label=other)
+
+
+def test_a_label_cannot_choose_a_setting(math_funcs):
+    env = {"id": "lrmgym/Math-v0", "timeout_s": 60, "workers": 64}
+    hostile = json.dumps({"v": 1, "env": env, "index": 0, "seed": 0})
+    with pytest.raises(LabelError, match=r"^label\[0\]\.env: timeout_s, workers: a label names its task, never a "):
+        math_funcs[0](None, ["x"], label=[hostile])
 
 
 def test_labels_of_the_held_out_split_grade_the_held_out_tasks(math_funcs, tmp_path):
@@ -260,11 +268,12 @@ def test_dataset_columns_prompts_and_labels():
     env = adapter.resolve_configs("math")[0].make().unwrapped
     for i, row in enumerate(data):
         label = decode_label(row["label"])
-        assert (label.index, label.seed, label.judge) == (i, 3, {})
+        assert (label.index, label.seed) == (i, 3) and "timeout_s" not in label.env
         task = env.task_at(i, seed=3)
         assert row["prompt"] == task.prompt and row["task_id"] == task.id
-    judged = adapter.dataset(env="math", n=1, judge=MATH_JUDGES)
-    assert sorted(decode_label(judged["label"][0]).judge) == MATH_JUDGES
+    judged = adapter.dataset(env="math", n=1, judge=MATH_JUDGES)  # judges are the grader's: never in a label
+    assert "judge" not in json.loads(judged["label"][0])
+    assert decode_label(judged["label"][0]).env == decode_label(data["label"][0]).env
     with pytest.raises(ValueError, match="n must be a positive integer"):
         adapter.dataset(env="math", n=0)
     with pytest.raises(ConfigError, match=r"env\.split"):

@@ -41,6 +41,21 @@ def math_export(tmp_path_factory):
     return result
 
 
+def _load_reward(out_dir):
+    """The export's reward.py, loaded as verl's get_custom_reward_fn loads it."""
+    spec = importlib.util.spec_from_file_location("custom_module", out_dir / "reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def reward(math_export):
+    module = _load_reward(math_export.out_dir)
+    yield module
+    module._REWARD.close()
+
+
 def _rows(path):
     import pyarrow.parquet as pq
 
@@ -58,11 +73,11 @@ def _completions(rows):
 
 
 # ------------------------------------------------------------------------------------------------ compute_score
-def test_compute_score_in_verls_call_gives_lrmgym_judges_rewards(math_export, tmp_path):
+def test_compute_score_in_verls_call_gives_lrmgym_judges_rewards(math_export, reward, tmp_path):
     cfg = resolve(MATH)
     pairs = _completions(_rows(math_export.out_dir / "train.parquet"))
     results = [
-        verl.compute_score(
+        reward.compute_score(
             data_source=row["data_source"],
             solution_str=text,
             ground_truth=row["reward_model"]["ground_truth"],
@@ -80,31 +95,31 @@ def test_compute_score_in_verls_call_gives_lrmgym_judges_rewards(math_export, tm
     assert {"score", "acc", "judge/accuracy", "judge/format_strict", "verdict/ungradeable"} <= set(results[0])
 
 
-def test_positional_call_and_a_label_as_ground_truth(math_export):
+def test_positional_call_and_a_label_as_ground_truth(math_export, reward):
     row = _rows(math_export.out_dir / "train.parquet")[0]
     text = _r1(row["reward_model"]["ground_truth"])
-    by_position = verl.compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
-    by_truth = verl.compute_score("lrmgym/math", text, row["extra_info"]["label"], None)
+    by_position = reward.compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
+    by_truth = reward.compute_score("lrmgym/math", text, row["extra_info"]["label"], None)
     assert by_position == by_truth and by_position["score"] == 2.0
 
 
-def test_the_held_out_rows_grade_the_held_out_tasks(math_export, tmp_path):
+def test_the_held_out_rows_grade_the_held_out_tasks(math_export, reward, tmp_path):
     cfg = resolve([*MATH, "env.split=test"])
     pairs = _completions(_rows(math_export.out_dir / "test.parquet"))
     assert {decode_label(row["extra_info"]["label"]).env["split"] for row, _ in pairs} == {"test"}
-    results = [verl.compute_score(r["data_source"], t, r["reward_model"]["ground_truth"], r["extra_info"])
+    results = [reward.compute_score(r["data_source"], t, r["reward_model"]["ground_truth"], r["extra_info"])
                for r, t in pairs]  # fmt: skip
     labels = [row["extra_info"]["label"] for row, _ in pairs]
     verdicts = judge_verdicts(cfg.env, build_judges(cfg.judge), labels, [t for _, t in pairs], tmp_path)
     assert [r["score"] for r in results] == pytest.approx([v["score"] for v in verdicts])
 
 
-def test_hostile_responses_never_raise(math_export):
+def test_hostile_responses_never_raise(math_export, reward):
     row = _rows(math_export.out_dir / "train.parquet")[0]
     hostile = [None, b"\xff\xfe<answer>1</answer>", 7, "\ud800", "\x00" * 10_000, "x" * (17 * 1024 * 1024),
                *adversarial_math_completions()]  # fmt: skip
     for text in hostile:
-        result = verl.compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
+        result = reward.compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
         assert all(isinstance(v, float) and math.isfinite(v) for v in result.values())
 
 
@@ -123,8 +138,9 @@ def test_group_judges_need_the_batch_manager(tmp_path):
     assert "reward_model.reward_manager=batch" in result.overrides
     assert "custom_reward_function.name=compute_score_batch" in result.overrides
     rows = _rows(tmp_path / "arena" / "train.parquet")
+    reward = _load_reward(tmp_path / "arena")
     with pytest.raises(ConfigError, match="reward_model.reward_manager=batch and custom_reward_function.name="):
-        verl.compute_score(rows[0]["data_source"], "x", None, rows[0]["extra_info"])
+        reward.compute_score(rows[0]["data_source"], "x", None, rows[0]["extra_info"])
     env = cfg.env.make().unwrapped
     groups = []
     for row in rows:  # four right answers: a tie the arena's tournament breaks, on the reasoning
@@ -134,7 +150,7 @@ def test_group_judges_need_the_batch_manager(tmp_path):
         texts = (task.metadata["solution"], *(f"<think>{t}</think><answer>{a}</answer>" for t in thoughts))
         groups.append([(row, t) for t in texts])
     batch = [group[k] for k in range(4) for group in groups]  # the groups interleaved
-    results = verl.compute_score_batch(
+    results = reward.compute_score_batch(
         data_sources=[r["data_source"] for r, _ in batch],
         solution_strs=[t for _, t in batch],
         ground_truths=[r["reward_model"]["ground_truth"] for r, _ in batch],
@@ -144,6 +160,7 @@ def test_group_judges_need_the_batch_manager(tmp_path):
     verdicts = judge_verdicts(cfg.env, build_judges(cfg.judge), labels, [t for _, t in batch], tmp_path)
     assert [r["score"] for r in results] == pytest.approx([v["score"] for v in verdicts])
     assert {(r["acc"], r["judge/arena"]) for r in results[3:6]} == {(1.0, 0.0)}  # right, yet last of its group
+    reward._REWARD.close()
 
 
 # ------------------------------------------------------------------------------------------------ the files
@@ -161,7 +178,7 @@ def test_parquet_files_have_verls_columns(math_export):
         info = row["extra_info"]
         assert (info["split"], info["index"], info["seed"], info["task_id"]) == ("train", i, 0, task.id)
         label = decode_label(info["label"])
-        assert (label.index, label.seed, sorted(label.judge)) == (i, 0, ["accuracy", "format_strict"])
+        assert (label.index, label.seed) == (i, 0) and "judge" not in json.loads(info["label"])
     test = Dataset.from_parquet(str(math_export.out_dir / "test.parquet"))  # as verl's RLHFDataset reads it
     assert test.column_names == COLUMNS and len(test) == 3
     assert test[0]["extra_info"]["split"] == "test" and test[0]["prompt"][0]["role"] == "user"
@@ -169,12 +186,10 @@ def test_parquet_files_have_verls_columns(math_export):
     assert record["rows"] == {"train.parquet": 4, "test.parquet": 3} and record["group_aware"] is False
 
 
-def test_the_written_reward_py_loads_the_way_verl_loads_it(math_export):
+def test_the_written_reward_py_loads_the_way_verl_loads_it(math_export, reward):
     path = math_export.out_dir / "reward.py"
     assert f"custom_reward_function.path={path}" in path.read_text()
-    spec = importlib.util.spec_from_file_location("custom_module", path)  # verl's get_custom_reward_fn
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = reward
     row = _rows(math_export.out_dir / "train.parquet")[1]
     fn = module.compute_score
     result = fn(data_source=row["data_source"], solution_str=_r1(row["reward_model"]["ground_truth"]),
@@ -230,3 +245,33 @@ def test_a_missing_data_file_is_the_users_error_not_a_failed_write(tmp_path, mon
     assert result.exit_code == 2, result.output
     assert "24.csv" in result.output and "LRMGYM_SHARED_DATA" in result.output and "cannot write" not in result.output
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------ settings: the exporter's
+SANDBOX_LABEL = json.dumps({"v": 1, "env": {"id": "lrmgym/Code-v0", "sandbox": "process"}, "index": 0, "seed": 0})
+
+
+def test_a_label_cannot_choose_the_sandbox_or_the_bounds():
+    with pytest.raises(LabelError, match=r"^extra_info\.label\.env: sandbox: a label names its task, never a setting"):
+        verl.compute_score("lrmgym/code", "x", None, {"label": SANDBOX_LABEL})
+    slow = json.dumps({"v": 1, "env": {"id": "lrmgym/Math-v0", "timeout_s": 60}, "index": 0, "seed": 0})
+    with pytest.raises(LabelError, match=r"^extra_infos\[0\]\.label\.env: timeout_s: a label names its task"):
+        verl.compute_score_batch(["lrmgym/math"], ["x"], [None], [{"label": slow}])
+
+
+def test_the_written_reward_py_grades_with_the_exporters_settings(tmp_path):
+    cfg = resolve(["env=code", "env.timeout_s=1.5", "env.memory_mb=256", "env.workers=1"])
+    export = verl.export_verl(cfg, tmp_path / "code", n_train=2, n_test=1)
+    spec = importlib.util.spec_from_file_location("custom_module", export.out_dir / "reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = _rows(export.out_dir / "train.parquet")[0]
+    assert "timeout_s" not in decode_label(row["extra_info"]["label"]).env
+    loop = "```python\nwhile True:\n    pass\n```"
+    result = module.compute_score(row["data_source"], loop, None, row["extra_info"])
+    assert result["score"] == 0.0
+    world = module.compute_score.__self__.scorer.fixed
+    assert (world.env.config.timeout_s, world.env.config.memory_mb, world.env.config.workers) == (1.5, 256, 1)
+    with pytest.raises(LabelError, match=r"sandbox: a label names its task, never a setting"):
+        module.compute_score("lrmgym/code", "x", None, {"label": SANDBOX_LABEL})
+    module.compute_score.__self__.close()

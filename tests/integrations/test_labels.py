@@ -49,16 +49,16 @@ def _r1(answer: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ encode / decode
 def test_label_round_trip_is_canonical_json(math_cfg):
-    text = encode_label(math_cfg.env, math_cfg.judge, 17, 3)
+    text = encode_label(math_cfg.env, 17, 3)
     assert isinstance(text, str)
     data = json.loads(text)
     assert data["v"] == LABEL_VERSION and data["index"] == 17 and data["seed"] == 3
-    assert data["env"] == math_cfg.env.model_dump(mode="json")
-    assert data["judge"] == {n: j.model_dump(mode="json") for n, j in math_cfg.judge.items()}
+    settings = {"timeout_s", "max_answer_chars", "source", "data_dir", "strict"}
+    assert data["env"] == {k: v for k, v in math_cfg.env.model_dump(mode="json").items() if k not in settings}
     # the same configs as dumps give the same string: labels can be compared and cached as text
-    assert encode_label(data["env"], data["judge"], 17, 3) == text
+    assert encode_label(data["env"], 17, 3) == text
     label = decode_label(text)
-    assert (label.index, label.seed, label.env, label.judge) == (17, 3, data["env"], data["judge"])
+    assert (label.index, label.seed, label.env) == (17, 3, data["env"])
     assert decode_label(label) is label and decode_label(data) == label and label.encode() == text
 
 
@@ -74,8 +74,8 @@ def test_short_label_round_trip():
              "--data.label_key label)"),
         ("{nope", "label: not a JSON label (JSONDecodeError"),
         ("[1, 2]", "label: expected a JSON object, got list: [1, 2]."),
-        ('{"v": 1, "index": 0, "seed": 0, "task": 3}', "label.task: unknown key; a label has only v, env, judge, "
-                                                       "index, seed."),
+        ('{"v": 1, "index": 0, "seed": 0, "task": 3}', "label.task: unknown key; a label has only v, env, index, "
+                                                       "seed."),
         ('{"v": 2, "index": 0, "seed": 0}', "label.v: label format 2 is not the one this lrmgym reads (1)"),
         ('{"index": 0, "seed": 0}', "label.v: label format None is not the one this lrmgym reads (1)"),
         ('{"v": 1, "seed": 0}', "label.index: missing; a label names its task by index and seed."),
@@ -84,9 +84,7 @@ def test_short_label_round_trip():
         ('{"v": 1, "index": 0, "seed": "0"}', "label.seed: expected a non-negative integer, got '0'."),
         ('{"v": 1, "index": 0, "seed": 0, "env": {"difficulty": 1}}', "label.env: expected an env config object "
                                                                       "with an 'id' string"),
-        ('{"v": 1, "index": 0, "seed": 0, "judge": {}}', "label.judge: a label with judges needs its env too"),
-        ('{"v": 1, "index": 0, "seed": 0, "env": {"id": "Math-v0"}, "judge": {"a": {"weight": 1}}}',
-         "label.judge.a: expected a judge config object with a 'kind'"),
+        ('{"v": 1, "index": 0, "seed": 0, "judge": {}}', "label.judge: a label names its task, never its judges"),
         (7, "label: expected a label string (JSON), got int: 7."),
         ("[" * 100_000, "label: not a JSON label (RecursionError"),
     ],
@@ -104,13 +102,13 @@ def test_decode_refuses_an_oversized_label():
 
 def test_encode_refuses_bad_values(math_cfg):
     with pytest.raises(LabelError, match=r"^index: expected a non-negative integer, got -2\.$"):
-        encode_label(math_cfg.env, {}, -2, 0)
+        encode_label(math_cfg.env, -2, 0)
     with pytest.raises(LabelError, match=r"^env: the config has no 'id' string"):
-        encode_label({"difficulty": 1}, {}, 0, 0)
+        encode_label({"difficulty": 1}, 0, 0)
 
 
 def test_a_label_with_an_invalid_env_option_names_it():
-    label = encode_label({"id": "lrmgym/Math-v0", "difficulty": 9}, {}, 0, 0)
+    label = encode_label({"id": "lrmgym/Math-v0", "difficulty": 9}, 0, 0)
     with pytest.raises(LabelError, match=r"^labels\[0\]: env\.difficulty: "):
         Scorer().score([label], ["x"])
 
@@ -147,10 +145,10 @@ def test_scorer_matches_lrmgym_judge_on_normal_and_hostile_completions(math_cfg,
         [_r1(p) for p in bounded] + [p for p in math if len(p) < 50_000],
         [_r1(str(tasks[2].answer)) + " trailing text", _r1(str(tasks[2].answer)) + "<eos>"],
     ]
-    labels = [encode_label(math_cfg.env, math_cfg.judge, i, 0) for i, t in enumerate(texts) for _ in t]
+    labels = [encode_label(math_cfg.env, i, 0) for i, t in enumerate(texts) for _ in t]
     flat = [x for t in texts for x in t]
     start = time.perf_counter()
-    scores = Scorer().score(labels, flat)
+    scores = Scorer(math_cfg.env, math_cfg.judge).score(labels, flat)
     assert time.perf_counter() - start < 120  # the verifier's bounds hold (a hang never ends); load only slows
     expected = reference_rewards(math_cfg, list(zip(tasks, texts, strict=True)), tmp_path)
     assert [s.reward for s in scores] == [r for group in expected for r in group]
@@ -170,7 +168,7 @@ def test_scorer_groups_items_of_one_task_for_group_judges(tmp_path):
     answer = int(task.answer)
     near, far = _r1(str(answer + 1)), _r1(str(answer + 50))  # both wrong: a zero-variance group, routed
     label = world.label(0, 0)
-    scorer = Scorer()
+    scorer = Scorer(cfg.env, cfg.judge)
     together = scorer.score([label, label], [near, far])
     apart = [scorer.score([label], [text])[0] for text in (near, far)]
     expected = reference_rewards(cfg, [(task, [near, far])], tmp_path)[0]
@@ -201,11 +199,11 @@ def test_oversized_completions_fail_without_being_graded(math_cfg):
 
 def test_scorer_builds_each_world_once_and_caps_them(math_cfg):
     scorer = Scorer(max_worlds=1)
-    label = encode_label(math_cfg.env, math_cfg.judge, 0, 0)
+    label = encode_label(math_cfg.env, 0, 0)
     scorer.score([label, label], ["a", "b"])
     scorer.score([label], ["c"])
     assert len(scorer.worlds) == 1
-    other = encode_label({**math_cfg.env.model_dump(mode="json"), "difficulty": 2}, math_cfg.judge, 0, 0)
+    other = encode_label({**math_cfg.env.model_dump(mode="json"), "difficulty": 2}, 0, 0)
     with pytest.raises(LabelError, match=r"^labels\[1\]: this label's env and judges would be distinct config "):
         scorer.score([label, other], ["a", "b"])
     with pytest.raises(LabelError, match=r"^labels\[0\]: a short label \(index and seed only\) needs a scorer with "):
@@ -218,19 +216,20 @@ def test_scorer_builds_each_world_once_and_caps_them(math_cfg):
 def test_a_fixed_scorer_takes_short_labels_its_own_and_its_eval_split(math_cfg):
     scorer = Scorer(math_cfg.env, math_cfg.judge)
     env = math_cfg.env.model_dump(mode="json")
-    own = encode_label(env, math_cfg.judge, 1, 0)
-    held_out = encode_label({**env, "split": "test"}, math_cfg.judge, 1, 0)
+    own = encode_label(env, 1, 0)
+    held_out = encode_label({**env, "split": "test"}, 1, 0)
     a, b, c = scorer.score([short_label(1, 0), own, held_out], ["x", "x", "x"])
     assert a.reward == b.reward == c.reward == 0.0
     assert len(scorer.worlds) == 2  # the server's env and its test split
-    other = encode_label({**env, "difficulty": 3}, math_cfg.judge, 0, 0)
+    variant = [w for w in scorer.worlds if w is not scorer.fixed][0]
+    assert variant.judge_config == scorer.fixed.judge_config and variant.env_config["split"] == "test"
+    other = encode_label({**env, "difficulty": 3}, 0, 0)
     with pytest.raises(LabelError) as err:
         scorer.score([other], ["x"])
-    assert re.match(r"labels\[0\]: the label describes another env or judges than this server's \(env option\(s\) "
+    assert re.match(r"labels\[0\]: the label describes another env than this one \(env option\(s\) "
                     r"difficulty differ", str(err.value))  # fmt: skip
-    fewer = encode_label(env, {"accuracy": math_cfg.judge["accuracy"]}, 0, 0)
-    with pytest.raises(LabelError, match=r"\(judges differ;"):
-        scorer.score([fewer], ["x"])
+    with pytest.raises(LabelError, match=r"\(env option\(s\) id differ;"):
+        scorer.score([encode_label({"id": "lrmgym/Echo-v0"}, 0, 0)], ["x"])
     scorer.close()
 
 
@@ -276,3 +275,75 @@ def test_datasource_name():
     assert [datasource_name(i) for i in ("lrmgym/Math-v0", "lrmgym/Game24-v0", "acme/Sudoku-v12")] == [
         "math", "game24", "sudoku",
     ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ labels carry no settings
+SETTINGS = [
+    ({"id": "lrmgym/Code-v0", "sandbox": "process"}, "sandbox"),
+    ({"id": "lrmgym/Code-v0", "warm_sandbox": False}, "warm_sandbox"),
+    ({"id": "lrmgym/Code-v0", "timeout_s": 60}, "timeout_s"),
+    ({"id": "lrmgym/Code-v0", "memory_mb": 65536, "output_bytes": 1 << 26}, "memory_mb, output_bytes"),
+    ({"id": "lrmgym/Code-v0", "workers": 256}, "workers"),
+    ({"id": "lrmgym/Code-v0", "python": "/bin/sh"}, "python"),
+    ({"id": "lrmgym/Code-v0", "feedback": "full"}, "feedback"),
+    ({"id": "lrmgym/Math-v0", "timeout_s": 60, "max_answer_chars": 100000}, "max_answer_chars, timeout_s"),
+    ({"id": "lrmgym/Math-v0", "source": "/etc/passwd"}, "source"),
+    ({"id": "lrmgym/Math-v0", "data_dir": "/"}, "data_dir"),
+    ({"id": "lrmgym/Game24-v0", "data_path": "/etc/shadow"}, "data_path"),
+    ({"id": "lrmgym/Math-v0", "strict": False}, "strict"),
+    ({"id": "lrmgym/Plugin-v0", "judge_url": "http://x", "cache_path": "/x", "max_wait_s": 9},
+     "cache_path, judge_url, max_wait_s"),  # a plug-in env's options shaped like settings
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("env", "keys"), SETTINGS)
+def test_a_label_that_names_a_setting_is_refused_in_one_error(env, keys):
+    text = json.dumps({"v": 1, "env": env, "index": 0, "seed": 0})
+    with pytest.raises(LabelError) as err:
+        decode_label(text, "labels[2]")
+    assert str(err.value).startswith(
+        f"labels[2].env: {keys}: a label names its task, never a setting (sandbox, time and memory bounds, workers, "
+        "files, endpoints); those come from the exporter's config"
+    )
+
+
+def test_a_label_with_judges_is_refused(math_cfg):
+    judge = {"j": {"kind": "llm_pointwise", "policy": {"kind": "openai", "base_url": "http://evil:1/v1", "model": "m"}}}
+    text = json.dumps({"v": 1, "env": {"id": "lrmgym/Math-v0"}, "judge": judge, "index": 0, "seed": 0})
+    with pytest.raises(LabelError, match=r"^label\.judge: a label names its task, never its judges \(LLM endpoints, "):
+        decode_label(text)
+
+
+def test_labels_are_written_without_settings_and_rebuild_with_the_exporters(math_cfg, tmp_path):
+    cfg = resolve(["env=code", "env.timeout_s=7", "env.memory_mb=512", "env.order=random"])
+    world = World(cfg.env, {})
+    label = json.loads(world.label(3, 1))
+    assert set(label) == {"v", "env", "index", "seed"}
+    assert label["env"]["order"] == "random" and "timeout_s" not in label["env"] and "sandbox" not in label["env"]
+    assert "source" not in label["env"]  # a data source is the exporter's: a path in a label would name a file
+    scorer = Scorer(cfg.env, {})  # the exporter's config gives the settings back
+    built = scorer.world(decode_label(world.label(3, 1)))
+    assert built is scorer.fixed and built.env.config.timeout_s == 7 and built.env.config.memory_mb == 512
+    scorer.close()
+    world.close()
+    # an open scorer (no exporter's config) builds the label's task with this process's own defaults
+    open_scorer = Scorer()
+    code = json.dumps({"v": 1, "env": {"id": "lrmgym/Code-v0"}, "index": 0, "seed": 0})
+    opened = open_scorer.world(decode_label(code))
+    assert opened.env.config.sandbox == "auto" and opened.env.config.timeout_s == 5.0
+    open_scorer.close()
+
+
+def test_a_label_naming_a_source_is_refused_before_any_file_is_touched(math_cfg, monkeypatch):
+    import lrmgym.configs.resolve as resolve_module
+
+    scorer = Scorer(math_cfg.env, math_cfg.judge)
+
+    def no_files(*args, **kwargs):
+        raise AssertionError("the label's env was validated (files opened) before it was refused")
+
+    monkeypatch.setattr(resolve_module, "validate_env", no_files)
+    big = json.dumps({"v": 1, "env": {"id": "lrmgym/Math-v0", "source": "/some/260MB.jsonl"}, "index": 0, "seed": 0})
+    with pytest.raises(LabelError, match=r"^labels\[0\]\.env: source: a label names its task, never a setting"):
+        scorer.prepare([big], ["x"])
+    scorer.close()

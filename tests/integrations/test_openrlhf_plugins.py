@@ -124,7 +124,7 @@ def _rows(path):
 
 def _task(row):
     label = decode_label(row["label"])
-    world = World(label.env, label.judge)
+    world = World(label.env)
     return world.task(label.index, label.seed)
 
 
@@ -308,3 +308,40 @@ def test_agent_chat_prompts_get_the_template_turn_markers(openrlhf_agent, tok, t
         rendered = tok.apply_chat_template(messages, tokenize=False)
         assert tok.decode(out["observation_tokens"], skip_special_tokens=False) == rendered.removesuffix("\n")
         assert out["reward"] == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ settings: the exporter's
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location("plugin_module", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_reward_plugin_grades_with_the_exporters_settings_never_a_labels(tmp_path):
+    cfg = resolve(["env=code", "env.timeout_s=1.5", "env.memory_mb=256", "env.workers=1"])
+    data = write_data(cfg, tmp_path, 1, 0)
+    runtime = _load(write_plugins(cfg, tmp_path)["reward_func"])._RUNTIME
+    row = _rows(data["train"])[0]
+    assert "timeout_s" not in decode_label(row["label"]).env and "sandbox" not in decode_label(row["label"]).env
+    loop = "```python\nwhile True:\n    pass\n```"
+    assert runtime.score([row["prompt"] + loop], [row["prompt"]], [row["label"]])[0].reward == 0.0
+    world = runtime.scorer.fixed
+    assert (world.env.config.timeout_s, world.env.config.memory_mb, world.env.config.workers) == (1.5, 256, 1)
+    hostile = json.dumps({"v": 1, "env": {"id": "lrmgym/Code-v0", "sandbox": "process"}, "index": 0, "seed": 0})
+    with pytest.raises(ValueError, match=r"^labels\[0\]\.env: sandbox: a label names its task, never a setting"):
+        runtime.score(["x"], ["x"], [hostile])
+    runtime.scorer.close()
+
+
+def test_the_agent_plugin_refuses_a_label_that_names_a_setting(tmp_path):
+    from lrmgym.integrations.openrlhf_plugins import AgentRuntime
+
+    cfg = resolve(["env=game24", "env.mode=steps", "env.split=train"])
+    runtime = AgentRuntime.from_settings(json.loads(json.dumps({"env": cfg.env.model_dump(mode="json"), "judge": {}})))
+    good = json.loads(_rows(write_data(cfg, tmp_path, 1, 0)["train"])[0]["label"])
+    assert runtime.start(json.dumps(good), "Q").index == 0
+    bad = {**good, "env": {**good["env"], "data_path": "/etc/shadow"}}
+    with pytest.raises(ValueError, match=r"^label\.env: data_path: a label names its task, never a setting"):
+        runtime.start(json.dumps(bad), "Q")
+    runtime.scorer.close()

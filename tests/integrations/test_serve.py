@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import sys
 import threading
 import time
 
@@ -38,7 +40,7 @@ def math_data(tmp_path_factory):
 
 def _task(label):
     label = decode_label(label)
-    return World(label.env, label.judge).task(label.index, label.seed)
+    return World(label.env).task(label.index, label.seed)
 
 
 def test_health(math_server):
@@ -88,8 +90,12 @@ def test_rewards_equal_lrmgym_judge(math_server, math_data, tmp_path):
         ({"query": ["a"], "labels": [""]}, 400, "labels[0]: the label is empty."),
         ({"query": ["a", "b"], "labels": [short_label(0, 0), '{"v": 1, "index": -3, "seed": 0}']}, 400,
          "labels[1].index: expected a non-negative integer, got -3."),
-        ({"query": ["a"], "labels": [encode_label({"id": "lrmgym/Math-v0", "difficulty": 4}, {}, 0, 0)]}, 400,
-         "labels[0]: the label describes another env or judges than this server's (env option(s) difficulty, "),
+        ({"query": ["a"], "labels": [encode_label({"id": "lrmgym/Math-v0", "difficulty": 4}, 0, 0)]}, 400,
+         "labels[0]: the label describes another env than this one (env option(s) difficulty differ; "),
+        ({"query": ["a"], "labels": ['{"v":1,"env":{"id":"Math-v0","source":"/etc/passwd"},"index":0,"seed":0}']}, 400,
+         "labels[0].env: source: a label names its task, never a setting (sandbox, time and memory bounds, "),
+        ({"query": ["a"], "labels": ['{"v":1,"env":{"id":"Math-v0","timeout_s":60},"judge":{},"index":0,"seed":0}']},
+         400, "labels[0].judge: a label names its task, never its judges (LLM endpoints, models, timeouts, workers)"),
         ({"query": ["a"] * 65, "labels": [short_label(0, 0)] * 65}, 413, "query: 65 items, over the limit of 64"),
         (b"x" * (2 << 20), 413, "body: 2097152 bytes, over the limit of 1048576 (--max-body-mb)."),
     ],
@@ -202,3 +208,111 @@ def test_openrlhfs_own_http_client_gets_group_rewards(openrlhf_agent, tmp_path):
         outs = asyncio.run(both())
     assert [o["reward"] for o in outs] == [[0.0], [1.0]]  # the HTTP path hands back the server's lists
     assert outs[1]["scores"] == [0.0] and outs[1]["extra_logs"]["judge/arena"] == [1.0]
+
+
+# ------------------------------------------------------------------------------------------ slow, gone and missing
+def _raw_request(url: str, body_len: int) -> socket.socket:
+    """A socket that has sent a POST's headers (Content-Length ``body_len``) and no body yet."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    head = f"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Length: {body_len}\r\n\r\n"
+    sock.sendall(head.encode())
+    return sock
+
+
+def test_slow_clients_do_not_starve_a_fast_one():
+    """Clients that send their bodies (or headers) a byte at a time are cut at --read-timeout-s, not held forever."""
+    options = ("--max-concurrency", "4", "--read-timeout-s", "1", "--deadline-s", "30")
+    with ServeProcess(MATH, *options) as server:
+        cut: list[float] = []
+
+        def drip(sock: socket.socket, start: float) -> None:  # a byte every 0.1 s, for at most 20 s
+            try:
+                while time.monotonic() - start < 20:
+                    sock.sendall(b" ")
+                    time.sleep(0.1)
+            except OSError:
+                cut.append(time.monotonic() - start)
+            finally:
+                sock.close()
+
+        def slow_head(start: float) -> None:  # headers that never end
+            host, port = server.url.removeprefix("http://").rsplit(":", 1)
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            try:
+                sock.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\n")
+                while time.monotonic() - start < 20:
+                    sock.sendall(b"X-Slow: 1\r\n")
+                    time.sleep(0.1)
+            except OSError:
+                cut.append(time.monotonic() - start)
+            finally:
+                sock.close()
+
+        start = time.monotonic()
+        threads = [threading.Thread(target=drip, args=(_raw_request(server.url, 10_000), start)) for _ in range(4)]
+        threads += [threading.Thread(target=slow_head, args=(start,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        wait_until = time.monotonic() + 30
+        while httpx.get(server.url + "/health", timeout=30).json()["in_flight"] < 4 and time.monotonic() < wait_until:
+            time.sleep(0.02)
+        body = {"query": ["<think>x</think><answer>1</answer>"], "labels": [short_label(0, 0)]}
+        answer = None
+        for _ in range(10):  # OpenRLHF's client retries 5 times, 1 s apart; the slow ones hold a slot 1 s at most
+            answer = server.post(body)
+            if answer.status_code != 503:
+                break
+            time.sleep(0.5)
+        for t in threads:  # each ends when the server cuts it, or after 20 s
+            t.join()
+        assert answer is not None and answer.status_code == 200, answer.text
+        assert len(cut) == 8 and max(cut) < 15, cut  # every slow client was cut (load may slow it: no tight bound)
+        counts = httpx.get(server.url + "/health").json()["counts"]
+        assert counts["read_timeouts"] >= 4 and counts["errors"] == 0
+
+
+def test_a_client_that_hangs_up_mid_body_is_one_line_not_an_error():
+    with ServeProcess(MATH) as server:
+        sock = _raw_request(server.url, 10_000)
+        sock.sendall(b'{"query": [')
+        sock.close()
+        wait_until = time.monotonic() + 30
+        while httpx.get(server.url + "/health").json()["counts"]["disconnected"] < 1 and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        counts = httpx.get(server.url + "/health").json()["counts"]
+        assert (counts["disconnected"], counts["errors"]) == (1, 0)
+        server.stop()
+    assert "Traceback" not in server.output
+    lines = [line for line in server.output.splitlines() if "disconnected" in line]
+    assert len(lines) == 1 and "disconnected while sending the request; nothing graded" in lines[0], server.output
+
+
+def test_a_504_cancels_the_requests_grading():
+    """After the deadline the request's queued items never start: the pool is free within one item's bound."""
+    loop = "```python\nwhile True:\n    pass\n```"  # each item runs into the sandbox's 1 s bound
+    tokens = ["env=code", "env.timeout_s=1", "env.workers=1"]
+    with ServeProcess(tokens, "--deadline-s", "1", "--workers", "2") as server:
+        start = time.monotonic()
+        response = server.post({"query": [loop] * 20, "labels": [short_label(0, 0)] * 20})
+        assert response.status_code == 504
+        wait_until = time.monotonic() + 60
+        while httpx.get(server.url + "/health").json()["grading"] > 0 and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        freed = time.monotonic() - start
+        # uncancelled, 20 items of 1.5 s each on one sandbox worker keep it busy ~30 s; cancelled, two items at most
+        assert freed < 12, f"the pool was busy {freed:.1f} s after the request started"
+        assert httpx.get(server.url + "/health").json()["counts"]["timeouts"] == 1
+
+
+def test_serve_without_its_extra_is_one_line(monkeypatch):
+    from click.testing import CliRunner
+
+    from lrmgym.cli.main import cli
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if `pip install -e .` without [serve]
+    result = CliRunner().invoke(cli, ["serve", "env=math"])
+    assert result.exit_code != 0 and not isinstance(result.exception, ImportError)
+    assert result.output.strip().splitlines()[-1] == (
+        'Error: `lrmgym serve` needs starlette and uvicorn: pip install -e ".[serve]" (or pip install "lrmgym[serve]").'
+    )
