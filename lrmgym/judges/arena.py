@@ -12,6 +12,10 @@ groups to a tournament instead:
    trace; the final strengths of the group's traces are min-max normalised into rewards in [0, 1]
    (times ``reward_scale``). When every comparison is a tie there is no signal and every reward is 0.
 
+Traces that are the same text (after normalising line ends and surrounding whitespace) are one node of the
+tournament: the copies after the first meet nobody and share its reward, so identical traces get identical
+rewards whatever their arrival order (and cost no judge calls).
+
 Groups with mixed verifiable rewards keep them. The first trace of a group meets nobody, the second one
 trace, then up to K each: at most 3G - 6 judge calls per group for K = 3 (G >= 3), every call counted.
 
@@ -88,8 +92,13 @@ class _Pool:
 
 _METRIC_KEYS = (
     "groups", "groups_routed", "groups_no_signal", "judge_calls", "judge_failures", "comparisons",
-    "routed_reward_std_sum", "audit_pairs", "audit_agree", "audit_calls", "seconds",
+    "routed_reward_std_sum", "audit_pairs", "audit_agree", "audit_calls", "seconds", "duplicate_traces",
 )  # fmt: skip
+
+
+def _trace_key(text: str) -> str:
+    """The text a trace is deduplicated by: line ends unified, trailing spaces and surrounding whitespace cut."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").strip().split("\n"))
 
 
 class ArenaJudge(BaseJudge):
@@ -210,15 +219,25 @@ class ArenaJudge(BaseJudge):
         return [run(k) for k in range(len(pairs))]
 
     # ---- the tournament
-    def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, int, int, int]:
-        """Strengths of ``traces`` (shape (len(traces),)), judge calls, failures and comparisons made."""
+    def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, int, int, int, int]:
+        """Strengths of ``traces`` (shape (len(traces),)), judge calls, failures, comparisons and duplicates.
+
+        A trace whose text (see :func:`_trace_key`) is already in the pool is not a new node: it takes that
+        node's strength.
+        """
         with self._lock:
             start = self._pools.get(task.id) if self.pool == "prompt" else None
         pool = _Pool(list(start.members), list(start.comparisons), start.strengths.copy()) if start else _Pool()
-        calls = failures = made = 0
+        calls = failures = made = duplicates = 0
         current: list[int] = []
+        nodes = {_trace_key(m.text): i for i, m in enumerate(pool.members)}
         for trace in traces:
-            k = len(pool.members)
+            key = _trace_key(trace.text)
+            if key in nodes:
+                current.append(nodes[key])
+                duplicates += 1
+                continue
+            k = nodes[key] = len(pool.members)
             candidates = list(range(k))
             if self.tournament == "anchors":
                 opponents = [candidates[i] for i in select_anchors(pool.strengths[candidates], self.num_anchors)]
@@ -249,7 +268,7 @@ class ArenaJudge(BaseJudge):
                 self._pools.move_to_end(task.id)
                 while len(self._pools) > self.max_prompts:
                     self._pools.popitem(last=False)
-        return pool.strengths[current], calls, failures, made
+        return pool.strengths[current], calls, failures, made, duplicates
 
     def _audit(
         self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
@@ -291,11 +310,11 @@ class ArenaJudge(BaseJudge):
                    for v in verdicts]  # fmt: skip
         else:
             graded = [k for k, v in enumerate(verdicts) if v.score is not None]
-            beta, calls, failures, made = self._tournament(task, [completions[k] for k in graded])
+            beta, calls, failures, made, duplicates = self._tournament(task, [completions[k] for k in graded])
             spread = float(beta.max() - beta.min())
             rewards = (beta - beta.min()) / spread * self.reward_scale if spread > _EQUAL_TOL else np.zeros_like(beta)
             counts.update(groups_routed=1, judge_calls=calls, judge_failures=failures, comparisons=made,
-                          groups_no_signal=int(spread <= _EQUAL_TOL),
+                          groups_no_signal=int(spread <= _EQUAL_TOL), duplicate_traces=duplicates,
                           routed_reward_std_sum=float(np.std(rewards)))  # fmt: skip
             latency = (time.perf_counter() - start) / max(1, len(completions))
             by_index = dict(zip(graded, zip(rewards.tolist(), beta.tolist(), strict=True), strict=True))
@@ -322,7 +341,8 @@ class ArenaJudge(BaseJudge):
         comparison tied), ``judge_calls``, ``judge_calls_per_group``, ``judge_failures``, ``comparisons``,
         ``routed_reward_std`` (mean std of rewards inside routed groups), ``audit_pairs``,
         ``audit_agreement`` (mean outcome of the judge for the correct trace: 1 = always agrees with the
-        verifier, 0.5 = chance or ties), ``audit_calls``, ``seconds``.
+        verifier, 0.5 = chance or ties), ``audit_calls``, ``duplicate_traces`` (routed traces that repeated an
+        earlier trace's text and shared its node), ``seconds``.
         """
         with self._lock:
             return self._derive(dict(self._metrics))
@@ -343,6 +363,7 @@ class ArenaJudge(BaseJudge):
             "audit_pairs": m["audit_pairs"],
             "audit_agreement": m["audit_agree"] / m["audit_pairs"] if m["audit_pairs"] else None,
             "audit_calls": m["audit_calls"],
+            "duplicate_traces": m["duplicate_traces"],
             "seconds": m["seconds"],
         }
 

@@ -265,3 +265,40 @@ def test_concurrent_workers_give_the_same_rewards_as_sequential_judging():
     arena = ArenaJudge(LLMPairwiseJudge(slow, cache_size=0), workers=3)
     arena.score_group(TASK, *_group(range(6)))
     assert slow.peak > 1 and arena.pop_metrics()["judge_calls"] == 12
+
+
+# ---- issue 35.10: identical traces get identical rewards, whatever their arrival order
+@pytest.mark.parametrize("where", range(8))
+def test_identical_traces_get_identical_rewards_in_any_arrival_order(where):
+    values = [3] * 7
+    values.insert(where, 5)  # seven identical traces and one better one, the better one at every position
+    judge = ValueJudge()
+    out = ArenaJudge(judge).score_group(TASK, *_group(values))
+    rewards = [c.score for c in out]
+    assert rewards[where] == 1.0
+    assert [r for k, r in enumerate(rewards) if k != where] == [0.0] * 7
+    assert len(judge.log) == 1  # the copies are one node: one comparison decides the group
+
+
+def test_traces_equal_after_whitespace_normalisation_are_one_node():
+    comps = [Completion("3"), Completion(" 3\r\n"), Completion("5"), Completion("3  \n")]
+    out = ArenaJudge(ValueJudge()).score_group(TASK, comps, [Verdict(score=0.0)] * 4)
+    assert [c.score for c in out] == [0.0, 0.0, 1.0, 0.0]
+    arena = ArenaJudge(ValueJudge())
+    arena.score_group(TASK, *_group([3, 3, 3, 5]))
+    assert arena.pop_metrics()["duplicate_traces"] == 2
+
+
+def test_identical_traces_in_the_math_env_get_one_reward_and_an_empty_trace_does_not_win():
+    env = JudgedEnv(lrmgym.make("Math-v0"), ArenaJudgeConfig().build())
+    env.reset(seed=0)
+    task = env.task  # "Compute 97 - 75."
+    wrong = int(task.answer) + 1
+    traces = [f"<think>97-75=21;21+1=23</think><answer>{wrong}</answer>"] * 7
+    traces.append(f"<think></think><answer>{wrong}</answer>")
+    assert [v.score for v in env.score_group(task, traces)] == [0.0] * 8  # no correct work anywhere: no signal
+    traces[3] = f"<think>97-75=22</think><answer>{wrong}</answer>"  # one trace with a correct step
+    scores = [v.score for v in env.score_group(task, traces)]
+    assert scores[3] == 1.0
+    assert scores[:3] + scores[4:7] == [scores[0]] * 6  # the six copies: one node, one reward
+    assert scores[7] == pytest.approx(scores[0], abs=1e-6)  # the empty trace: level with them, not above
