@@ -302,3 +302,53 @@ def test_identical_traces_in_the_math_env_get_one_reward_and_an_empty_trace_does
     assert scores[3] == 1.0
     assert scores[:3] + scores[4:7] == [scores[0]] * 6  # the six copies: one node, one reward
     assert scores[7] == pytest.approx(scores[0], abs=1e-6)  # the empty trace: level with them, not above
+
+
+# ---- issue 35.9 (pairwise sibling): a trace that derails the judge earns no rank from it
+class DerailedBy(ValueJudge):
+    """ValueJudge that fails whenever the trace "0" is in the comparison (it derails the judge)."""
+
+    def compare(self, task, first, second):
+        if "0" in (first.text, second.text):
+            self.log.append((int(first.text), int(second.text)))
+            return None
+        return super().compare(task, first, second)
+
+
+@pytest.mark.parametrize("where", [0, 2, 3])
+def test_a_trace_whose_every_comparison_failed_gets_the_bottom_reward_not_the_prior(where):
+    values = [5, 1, 9]
+    values.insert(where, 0)
+    arena = ArenaJudge(DerailedBy(), tournament="round_robin")
+    out = arena.score_group(TASK, *_group(values))
+    rewards = dict(zip(values, [c.score for c in out], strict=True))
+    assert rewards[0] == 0.0 and rewards[9] == 1.0 and rewards[1] == 0.0 and 0 < rewards[5] < 1
+    assert "every comparison failed" in out[where].reason
+    assert arena.stats()["failures"] == 1  # counted as the arena's failure on that completion
+
+
+def test_a_dead_pairwise_judge_counts_every_routed_trace_as_failed():
+    arena = ArenaJudge(ValueJudge(fail=True))
+    out = arena.score_group(TASK, *_group(range(4)))
+    assert [c.score for c in out] == [0.0] * 4 and arena.stats()["failures"] == 4
+
+
+class Broken(ValueJudge):
+    """A pairwise judge with bugs: it raises, or answers outside [0, 1] (NaN, 7), for some pairs."""
+
+    def compare(self, task, first, second):
+        a, b = int(first.text), int(second.text)
+        self.log.append((a, b))
+        if 0 in (a, b):
+            raise RuntimeError("judge bug")
+        if 4 in (a, b):
+            return float("nan") if a == 4 else 7.0
+        return 1.0 if a > b else 0.0 if a < b else 0.5
+
+
+def test_a_pairwise_judge_that_raises_or_answers_out_of_range_fails_those_comparisons_only():
+    arena = ArenaJudge(Broken(), tournament="round_robin")
+    out = arena.score_group(TASK, *_group([5, 0, 9, 4, 1]))
+    scores = dict(zip([5, 0, 9, 4, 1], [c.score for c in out], strict=True))
+    assert scores[0] == 0.0 and scores[4] == 0.0 and scores[9] == 1.0 and scores[1] == 0.0 and 0 < scores[5] < 1
+    assert arena.pop_metrics()["judge_failures"] == 7  # every pair with the 0 or the 4

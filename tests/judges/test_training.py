@@ -53,9 +53,13 @@ def test_training_continues_when_the_http_judge_server_answers_500(tmp_path):
         summary, lines = _run(tmp_path, judges)
     m = lines[-1]
     assert summary["steps"] == 2
-    assert [m["judge/llm_pointwise/failures"] for m in lines] == [8, 8]  # every sample ungradeable, counted
-    # After 5 consecutive endpoint failures the circuit breaker opens: the rest fail at once, without requests.
-    assert m["judge/llm_pointwise/llm_short_circuits"] == 8 and server.requests <= 8 * 2
+    assert [m["judge/llm_pointwise/failures"] for m in lines] == [8, 8]  # the judge failed on every sample
+    # ... and the verifier graded each, so nothing was masked: the samples fell back to the verifiable score.
+    assert [m["ungradeable_frac"] for m in lines] == [0.0, 0.0] and [m["judge/judge_failed"] for m in lines] == [8, 8]
+    # After 5 consecutive endpoint failures one probe request fails too and the circuit breaker opens: the rest
+    # fail at once, without requests.
+    assert m["judge/llm_pointwise/llm_short_circuits"] == 8 and server.requests <= 8 * 2 + 1
+    assert lines[0]["judge/llm_pointwise/llm_probe_failures"] == 1
 
 
 def test_arena_metrics_reach_the_training_log(tmp_path):
