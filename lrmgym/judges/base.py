@@ -401,6 +401,8 @@ class JudgedEnv(gymnasium.Wrapper):
         super().__init__(env)
         self.judges: list[Judge] = check_judges(judges, weights)
         self._samples = JudgeStats()  # judged samples, and those a judge failed on (pop_metrics)
+        self.last_failure: str | None = None
+        """``"<judge name>: <reason>"`` of the newest failed component, for a learner's error message."""
 
     # ---- the env's own API, forwarded (gymnasium 1.x wrappers do not forward attributes)
     @property
@@ -426,6 +428,9 @@ class JudgedEnv(gymnasium.Wrapper):
     def _judge(self, task: Task, completions: list[Completion], base: list[Verdict]) -> list[Verdict]:
         verdicts = judge_group(self.judges, task, completions, base)
         failed = [v for v in verdicts if any(c.score is None for c in v.components)]
+        for verdict in failed[-1:]:
+            comp = next(c for c in reversed(verdict.components) if c.score is None)
+            self.last_failure = f"{comp.name}: {comp.reason}"
         self._samples.add(
             samples=len(verdicts), judge_failed=len(failed), judge_ungradeable=sum(v.score is None for v in failed)
         )

@@ -278,6 +278,7 @@ class _BoundedCaller:
         self._rng_lock = threading.Lock()
         self.breaker_after, self.breaker_cooldown_s = breaker_after, breaker_cooldown_s
         self._down_streak, self._open_until, self._probing = 0, -float("inf"), False
+        self._down_why = ""  # the newest endpoint failure, quoted while the circuit is open
 
     def _breaker_open(self) -> float | None:
         """Seconds until the circuit lets a call through, or ``None`` when it is closed (or half-open)."""
@@ -343,7 +344,8 @@ class _BoundedCaller:
         if wait is not None:
             self.stats.add(short_circuits=1, failures=1)
             return None, (
-                f"circuit open after {self._down_streak} consecutive endpoint failures; next try in {wait:.0f} s"
+                f"circuit open after {self._down_streak} consecutive endpoint failures; next try in {wait:.0f} s "
+                f"(last: {self._down_why})"
             )
         why, down = "no attempt", False
         for attempt in range(self.max_retries + 1):
@@ -380,6 +382,8 @@ class _BoundedCaller:
                 continue
             self._record(endpoint_down=False)
             return value, "ok"
+        if down:
+            self._down_why = why
         self._record(endpoint_down=down)
         self.stats.add(failures=1)
         return None, f"failed after {attempt + 1} attempt(s): {why}"

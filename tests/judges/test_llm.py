@@ -383,7 +383,10 @@ def test_circuit_breaker_fails_fast_while_the_endpoint_is_down_then_recovers():
     # two failures, then the probe (call 3) fails too: the endpoint is down, the circuit opens
     assert [score().score, score().score] == [None, None] and policy.calls == 3
     blocked = score()
-    assert blocked.reason == "circuit open after 2 consecutive endpoint failures; next try in 10 s"
+    assert blocked.reason == (
+        "circuit open after 2 consecutive endpoint failures; next try in 10 s "
+        "(last: RuntimeError: HTTP 500: internal server error)"
+    )
     assert policy.calls == 3 and judge.stats()["llm_short_circuits"] == 1
     now[0] = 11.0  # cooldown over: one call is let through; it fails, its probe fails, the circuit opens again
     assert score().score is None and policy.calls == 5
