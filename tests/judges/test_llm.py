@@ -292,7 +292,11 @@ def test_a_hanging_endpoint_is_cut_off_by_the_timeout_off_the_main_thread():
     assert judge.stats()["llm_timeouts"] == 2
 
 
-@pytest.mark.parametrize("reply", ["I think it deserves a 10.", "SCORE: 99", "SCORE: 7\nDone.", "\x00" * 10, ""])
+@pytest.mark.parametrize(
+    "reply",
+    ["I think it deserves a 10.", "SCORE: 99", "SCORE: 7\nDone.", "\x00" * 10, "",
+     "SCORE: NaN", "SCORE: 1e9", "SCORE: -3", "SCORE: 7.5", "SCORE: inf"],  # never a huge, negative or NaN score
+)  # fmt: skip
 def test_garbage_replies_count_as_parse_errors(reply):
     judge = _pointwise(ScriptedPolicy([reply]), max_retries=1)
     comp = judge.score(TASK, RIGHT, Verdict(score=1.0))
