@@ -287,6 +287,10 @@ def _finite(value: Any) -> bool:
         return False
 
 
+def _failed(component: Component) -> bool:
+    return component.score is None or not _finite(component.score)
+
+
 def _lowest(judge: Any, weight: float) -> float:
     """A failed component's share of the total: its judge's bound that weighs least (0 for a [0, 1] judge)."""
     low, high = getattr(judge, "score_bounds", (0.0, 1.0))
@@ -298,7 +302,7 @@ def _combine(
 ) -> Verdict:
     """The judged verdict: the weighted sum of the components (see the module's rules for failed ones)."""
     judges = judges if judges is not None else [None] * len(components)
-    failed = [k for k, c in enumerate(components) if c.score is None or not _finite(c.score)]
+    failed = [k for k, c in enumerate(components) if _failed(c)]
     reason = "; ".join(f"{c.name}: {c.reason}" for c in components if c.reason)
     latency = base.latency_s + sum(c.latency_s for c in components)
     fields = dict(correct=base.correct, parsed=base.parsed, components=tuple(components), latency_s=latency)
@@ -427,9 +431,9 @@ class JudgedEnv(gymnasium.Wrapper):
     # ---- judging
     def _judge(self, task: Task, completions: list[Completion], base: list[Verdict]) -> list[Verdict]:
         verdicts = judge_group(self.judges, task, completions, base)
-        failed = [v for v in verdicts if any(c.score is None for c in v.components)]
+        failed = [v for v in verdicts if any(_failed(c) for c in v.components)]
         for verdict in failed[-1:]:
-            comp = next(c for c in reversed(verdict.components) if c.score is None)
+            comp = next(c for c in reversed(verdict.components) if _failed(c))
             self.last_failure = f"{comp.name}: {comp.reason}"
         self._samples.add(
             samples=len(verdicts), judge_failed=len(failed), judge_ungradeable=sum(v.score is None for v in failed)

@@ -354,8 +354,8 @@ class Loop:
             where = f"judge.{name}.policy" if f"judge/{name}/calls" in metrics else "judge.NAME.policy"
             return (
                 f"stopped at step {self.step}: {limit} steps in a row in which {what}; last error: {last}. Fix the "
-                f"judge (is its endpoint up? see {where}) or the env's verifier, then continue with "
-                f"`lrmgym run --resume {self.run_dir}`."
+                f"judge (is its endpoint up? see {where} in {self.run_dir / 'config.yaml'}) or the env's verifier, "
+                f"then continue with `lrmgym run --resume {self.run_dir}`."
             )
         then = f"; the run stops after {limit} such steps in a row" if limit else ""
         _say(f"warning: step {self.step}: {what}; last error: {last}{then}.")
