@@ -162,6 +162,11 @@ def _judge_presets(value: Any, add_accuracy: bool = True) -> dict[str, dict[str,
     for name in names:
         if not isinstance(name, str):
             raise ConfigError(f"judge: invalid value {show(value)}; expected a preset name or a list of them.")
+        if name in judges:
+            raise ConfigError(
+                f"judge: {name} is listed twice in [{', '.join(names)}]; each preset is one judge, addressed as "
+                f"judge.{name}.KEY. To weigh it more, set judge.{name}.weight=2."
+            )
         judges[name] = load_preset("judge", name)
     # Judges add to the verifiable reward rather than replace it: without an accuracy or arena judge (the
     # arena keeps verifiable rewards for mixed groups), the accuracy judge goes first, so judge=format_strict

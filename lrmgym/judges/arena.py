@@ -12,6 +12,10 @@ groups to a tournament instead:
    trace; the final strengths of the group's traces are min-max normalised into rewards in [0, 1]
    (times ``reward_scale``). When every comparison is a tie there is no signal and every reward is 0.
 
+Traces that are the same text (after normalising line ends and surrounding whitespace) are one node of the
+tournament: the copies after the first meet nobody and share its reward, so identical traces get identical
+rewards whatever their arrival order (and cost no judge calls).
+
 Groups with mixed verifiable rewards keep them. The first trace of a group meets nobody, the second one
 trace, then up to K each: at most 3G - 6 judge calls per group for K = 3 (G >= 3), every call counted.
 
@@ -88,8 +92,31 @@ class _Pool:
 
 _METRIC_KEYS = (
     "groups", "groups_routed", "groups_no_signal", "judge_calls", "judge_failures", "comparisons",
-    "routed_reward_std_sum", "audit_pairs", "audit_agree", "audit_calls", "seconds",
+    "routed_reward_std_sum", "audit_pairs", "audit_agree", "audit_calls", "seconds", "duplicate_traces",
 )  # fmt: skip
+
+
+class _NeverRaises:
+    """A pairwise judge's view whose ``compare`` turns an exception or an outcome outside [0, 1] into a failure."""
+
+    def __init__(self, judge: PairwiseJudge) -> None:
+        self.name, self._judge = judge.name, judge
+
+    def compare(self, task: Task, first: Completion, second: Completion) -> float | None:
+        try:
+            y = self._judge.compare(task, first, second)
+        except Exception:  # noqa: BLE001 - a judge bug is a failed comparison, not a crash of the step
+            return None
+        try:
+            y = None if y is None else float(y)
+        except (TypeError, ValueError):
+            return None
+        return y if y is not None and 0.0 <= y <= 1.0 else None
+
+
+def _trace_key(text: str) -> str:
+    """The text a trace is deduplicated by: line ends unified, trailing spaces and surrounding whitespace cut."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").strip().split("\n"))
 
 
 class ArenaJudge(BaseJudge):
@@ -153,6 +180,7 @@ class ArenaJudge(BaseJudge):
         self.both_orders, self.l2, self.reward_scale = both_orders, l2, reward_scale
         self.max_calls_per_group, self.audit_pairs = max_calls_per_group, audit_pairs
         self.workers = workers
+        self.score_bounds = (0.0, max(1.0, reward_scale))  # verifier scores (0 / 1) or tournament rewards
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -187,10 +215,11 @@ class ArenaJudge(BaseJudge):
         The presentation-order coin flips are drawn in order before any call, so results do not depend on
         thread timing; with ``workers > 1`` the pairs are judged concurrently (LLM judges are I/O bound).
         """
+        judge = _NeverRaises(self.pairwise)
         if self.both_orders:
 
             def run(k: int) -> tuple[float | None, int]:
-                return both_orders(self.pairwise, task, *pairs[k])
+                return both_orders(judge, task, *pairs[k])
         else:
             with self._lock:
                 swaps = [self._rng.random() < 0.5 for _ in pairs]
@@ -198,9 +227,9 @@ class ArenaJudge(BaseJudge):
             def run(k: int) -> tuple[float | None, int]:
                 a, b = pairs[k]
                 if swaps[k]:
-                    y = self.pairwise.compare(task, b, a)
+                    y = judge.compare(task, b, a)
                     return (None if y is None else 1.0 - y), 1
-                return self.pairwise.compare(task, a, b), 1
+                return judge.compare(task, a, b), 1
 
         if self.workers > 1 and len(pairs) > 1:
             with self._lock:
@@ -210,15 +239,27 @@ class ArenaJudge(BaseJudge):
         return [run(k) for k in range(len(pairs))]
 
     # ---- the tournament
-    def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, int, int, int]:
-        """Strengths of ``traces`` (shape (len(traces),)), judge calls, failures and comparisons made."""
+    def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, np.ndarray, int, int, int, int]:
+        """The tournament of ``traces``: strengths, unjudged flags, judge calls, failures, comparisons, duplicates.
+
+        Strengths and unjudged flags have shape (len(traces),). A trace whose text (see :func:`_trace_key`) is
+        already in the pool is not a new node: it takes that node's strength. A trace is unjudged when it was
+        put to the judge and every comparison it took part in failed (its strength is only the prior's).
+        """
         with self._lock:
             start = self._pools.get(task.id) if self.pool == "prompt" else None
         pool = _Pool(list(start.members), list(start.comparisons), start.strengths.copy()) if start else _Pool()
-        calls = failures = made = 0
+        calls = failures = made = duplicates = 0
         current: list[int] = []
+        nodes = {_trace_key(m.text): i for i, m in enumerate(pool.members)}
+        tried: set[int] = set()  # nodes put to the judge in this group
         for trace in traces:
-            k = len(pool.members)
+            key = _trace_key(trace.text)
+            if key in nodes:
+                current.append(nodes[key])
+                duplicates += 1
+                continue
+            k = nodes[key] = len(pool.members)
             candidates = list(range(k))
             if self.tournament == "anchors":
                 opponents = [candidates[i] for i in select_anchors(pool.strengths[candidates], self.num_anchors)]
@@ -233,6 +274,7 @@ class ArenaJudge(BaseJudge):
             results = self._judge_pairs(task, [(trace, pool.members[a]) for a in opponents])
             for a, (y, n) in zip(opponents, results, strict=True):
                 calls += n
+                tried.update((k, a))
                 if y is None:
                     failures += 1
                     continue
@@ -243,13 +285,16 @@ class ArenaJudge(BaseJudge):
                 fit = fit_bradley_terry(len(pool.members), pool.comparisons, self.l2, init=pool.strengths)
                 pool.strengths = fit.strengths
             current.append(k)
+        strengths = pool.strengths[current]
         if self.pool == "prompt":
             with self._lock:
                 self._pools[task.id] = pool.trimmed(self.pool_size)
                 self._pools.move_to_end(task.id)
                 while len(self._pools) > self.max_prompts:
                     self._pools.popitem(last=False)
-        return pool.strengths[current], calls, failures, made
+        judged = {i for i, _, _ in pool.comparisons}
+        unjudged = np.array([k in tried and k not in judged for k in current], dtype=bool)
+        return strengths, unjudged, calls, failures, made, duplicates
 
     def _audit(
         self, task: Task, completions: Sequence[Completion], verdicts: Sequence[Verdict]
@@ -291,19 +336,28 @@ class ArenaJudge(BaseJudge):
                    for v in verdicts]  # fmt: skip
         else:
             graded = [k for k, v in enumerate(verdicts) if v.score is not None]
-            beta, calls, failures, made = self._tournament(task, [completions[k] for k in graded])
-            spread = float(beta.max() - beta.min())
-            rewards = (beta - beta.min()) / spread * self.reward_scale if spread > _EQUAL_TOL else np.zeros_like(beta)
+            beta, unjudged, calls, failures, made, duplicates = self._tournament(task, [completions[k] for k in graded])
+            # A trace whose every comparison failed (it derailed the judge, or the judge is down) earns no rank
+            # from the prior: it gets the bottom reward, and the others are normalised among themselves.
+            ranked = beta[~unjudged]
+            spread = float(ranked.max() - ranked.min()) if ranked.size else 0.0
+            if spread > _EQUAL_TOL:
+                rewards = np.where(unjudged, 0.0, (beta - ranked.min()) / spread * self.reward_scale)
+            else:
+                rewards = np.zeros_like(beta)
             counts.update(groups_routed=1, judge_calls=calls, judge_failures=failures, comparisons=made,
-                          groups_no_signal=int(spread <= _EQUAL_TOL),
+                          groups_no_signal=int(spread <= _EQUAL_TOL), duplicate_traces=duplicates,
                           routed_reward_std_sum=float(np.std(rewards)))  # fmt: skip
             latency = (time.perf_counter() - start) / max(1, len(completions))
-            by_index = dict(zip(graded, zip(rewards.tolist(), beta.tolist(), strict=True), strict=True))
+            by_index = dict(zip(graded, zip(rewards.tolist(), beta.tolist(), unjudged.tolist(), strict=True),
+                                strict=True))  # fmt: skip
             out = []
             for k, v in enumerate(verdicts):
                 if k in by_index:
-                    r, b = by_index[k]
+                    r, b, lost = by_index[k]
                     reason = f"tournament: strength {b:+.3f} ({made} comparisons, {calls} judge calls in the group)"
+                    if lost:
+                        reason = f"tournament: every comparison failed, bottom reward ({calls} judge calls in group)"
                     out.append(Component(self.name, r, self.weight, latency, False, reason, raw_score=b))
                 else:
                     out.append(Component(self.name, None, self.weight, latency, False, v.reason or "ungradeable"))
@@ -311,8 +365,9 @@ class ArenaJudge(BaseJudge):
         with self._lock:
             for key, value in counts.items():
                 self._metrics[key] += value
+        lost = sum(c.reason.startswith("tournament: every comparison failed") for c in out)
         self._stats.add(calls=len(completions), seconds=counts["seconds"], judge_calls=counts["judge_calls"],
-                        failures=sum(c.score is None for c in out))  # fmt: skip
+                        failures=sum(c.score is None for c in out) + lost)  # fmt: skip
         return out
 
     def metrics(self) -> dict[str, float | None]:
@@ -322,7 +377,8 @@ class ArenaJudge(BaseJudge):
         comparison tied), ``judge_calls``, ``judge_calls_per_group``, ``judge_failures``, ``comparisons``,
         ``routed_reward_std`` (mean std of rewards inside routed groups), ``audit_pairs``,
         ``audit_agreement`` (mean outcome of the judge for the correct trace: 1 = always agrees with the
-        verifier, 0.5 = chance or ties), ``audit_calls``, ``seconds``.
+        verifier, 0.5 = chance or ties), ``audit_calls``, ``duplicate_traces`` (routed traces that repeated an
+        earlier trace's text and shared its node), ``seconds``.
         """
         with self._lock:
             return self._derive(dict(self._metrics))
@@ -343,6 +399,7 @@ class ArenaJudge(BaseJudge):
             "audit_pairs": m["audit_pairs"],
             "audit_agreement": m["audit_agree"] / m["audit_pairs"] if m["audit_pairs"] else None,
             "audit_calls": m["audit_calls"],
+            "duplicate_traces": m["duplicate_traces"],
             "seconds": m["seconds"],
         }
 

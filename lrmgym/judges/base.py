@@ -12,13 +12,28 @@ Group-aware judges (the arena) override :meth:`BaseJudge.score_group`; learners 
 Rules of composition:
     - The total is ``sum(weight * score)`` over the listed judges only. List the ``accuracy`` judge to keep
       the verifier's reward in the total (``judge=[accuracy,format_strict]``).
-    - If any component is ungradeable (``score is None``), the verdict is ungradeable: learners mask it out
-      instead of training on a partial reward. The component's reason says which judge failed.
+    - A judge that fails on a completion (an LLM judge's endpoint is down, its reply is garbage, a judge bug,
+      a non-finite score) gives a component with ``score=None`` whose reason says why. What the verdict
+      then is depends on whether a *verifiable* judge (``accuracy``: the env's own verifier) graded it:
+
+      * the verifier graded it and weighs in the total (weight not 0): the verdict keeps a score. Each failed
+        component counts at its judge's lowest score (``score_bounds``, ``(0, 1)`` unless a judge says
+        otherwise; for an LLM judge, 0), so a wrong answer scores what the verifier gave it (0 with
+        ``judge=[accuracy,llm_pointwise]``), never masked, and a correct one falls back to the verifiable
+        score. Failing the judge can never raise a reward above what the judge could have given. The
+        verdict's reason starts with ``judge_failed: <names>``, and :meth:`JudgedEnv.pop_metrics` counts such
+        samples (``judge_failed``);
+      * otherwise (no verifier, its weight is 0, or the verifier itself could not grade) the verdict is
+        ungradeable (``score=None``): learners mask it out instead of training on a partial reward.
+
+      Each completion's verdict depends only on its own components: one completion's failure never changes
+      another's reward.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -161,6 +176,10 @@ class BaseJudge:
 
     name: str = "judge"
     weight: float = 1.0
+    verifiable: bool = False
+    """Whether the score is the env's own verifier's (the ``accuracy`` judge): see the module's rules."""
+    score_bounds: tuple[float, float] = (0.0, 1.0)
+    """The lowest and highest score the judge gives; a failed component counts at the bound that weighs least."""
 
     def __init__(self, name: str | None = None, weight: float = 1.0) -> None:
         if name is not None:
@@ -179,6 +198,8 @@ class BaseJudge:
             value, reason, cached = self._score(task, completion, verdict)
         except Exception as err:  # noqa: BLE001 - a judge failure becomes an ungradeable component
             value, reason, cached = None, f"{self.name} failed: {type(err).__name__}: {err}"[:500], False
+        if value is not None and not _finite(value):
+            value, reason = None, f"{self.name} gave a non-finite score ({value!r:.40}); {reason}"[:500]
         latency = time.perf_counter() - start
         self._stats.add(calls=1, seconds=latency, failures=int(value is None), cache_hits=int(cached))
         return Component(self.name, value, self.weight, latency, cached, reason)
@@ -259,18 +280,53 @@ class PairwiseAsJudge(BaseJudge):
 
 
 # --------------------------------------------------------------------------------------------------- the wrapper
-def _combine(base: Verdict, components: Sequence[Component], format_ok: bool | None) -> Verdict:
-    """The judged verdict: the weighted sum of the components, ungradeable if any component is."""
-    missing = [c for c in components if c.score is None]
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except TypeError:
+        return False
+
+
+def _failed(component: Component) -> bool:
+    return component.score is None or not _finite(component.score)
+
+
+def _lowest(judge: Any, weight: float) -> float:
+    """A failed component's share of the total: its judge's bound that weighs least (0 for a [0, 1] judge)."""
+    low, high = getattr(judge, "score_bounds", (0.0, 1.0))
+    return min(weight * low, weight * high)
+
+
+def _combine(
+    base: Verdict, components: Sequence[Component], format_ok: bool | None, judges: Sequence[Any] | None = None
+) -> Verdict:
+    """The judged verdict: the weighted sum of the components (see the module's rules for failed ones)."""
+    judges = judges if judges is not None else [None] * len(components)
+    failed = [k for k, c in enumerate(components) if _failed(c)]
     reason = "; ".join(f"{c.name}: {c.reason}" for c in components if c.reason)
     latency = base.latency_s + sum(c.latency_s for c in components)
     fields = dict(correct=base.correct, parsed=base.parsed, components=tuple(components), latency_s=latency)
     fields["format_ok"] = base.format_ok if format_ok is None else format_ok
-    if missing:
-        names = ", ".join(c.name for c in missing)
+    if not failed:
+        total = sum(c.weight * c.score for c in components)  # type: ignore[operator]
+        return Verdict(score=float(total), reason=reason, **fields)
+    names = ", ".join(components[k].name for k in failed)
+    verifiers = [k for k, j in enumerate(judges) if getattr(j, "verifiable", False)]
+    graded = bool(verifiers) and not set(verifiers) & set(failed)
+    if not graded or all(components[k].weight == 0 for k in verifiers):
         return Verdict(score=None, reason=f"ungradeable by {names}; {reason}", **fields)
-    total = sum(c.weight * c.score for c in components)  # type: ignore[operator]
-    return Verdict(score=float(total), reason=reason, **fields)
+    total = sum(
+        _lowest(judges[k], c.weight) if k in failed else c.weight * c.score  # type: ignore[operator]
+        for k, c in enumerate(components)
+    )
+    note = f"judge_failed: {names} (counted at the lowest score; the verifier graded this completion)"
+    return Verdict(score=float(total), reason=f"{note}; {reason}", **fields)
+
+
+def _failed_group(judge: Judge, n: int, err: Exception) -> list[Component]:
+    """What a judge whose ``score_group`` raised (a bug: it must not) gives: ``n`` failed components."""
+    why = f"{judge.name} failed: {type(err).__name__}: {err}"[:500]
+    return [Component(judge.name, None, judge.weight, 0.0, False, why) for _ in range(n)]
 
 
 def check_judges(judges: Judge | Sequence[Judge], weights: Sequence[float] | None = None) -> list[Judge]:
@@ -298,13 +354,25 @@ def check_judges(judges: Judge | Sequence[Judge], weights: Sequence[float] | Non
 def judge_group(
     judges: Sequence[Judge], task: Task, completions: Sequence[Completion], base: Sequence[Verdict]
 ) -> list[Verdict]:
-    """Apply each judge to the whole group and combine: one judged verdict per completion."""
-    per_judge = [judge.score_group(task, completions, base) for judge in judges]  # [judge][completion]
+    """Apply each judge to the whole group and combine: one judged verdict per completion.
+
+    A judge whose ``score_group`` raises, or returns the wrong number of components, fails on the whole
+    group (its components are ungradeable, with the error as their reason); it never raises into training.
+    """
+    per_judge = []  # [judge][completion]
+    for judge in judges:
+        try:
+            comps = list(judge.score_group(task, completions, base))
+            if len(comps) != len(completions):
+                raise ValueError(f"score_group returned {len(comps)} components for {len(completions)} completions")
+        except Exception as err:  # noqa: BLE001 - a judge bug becomes failed components, not a crash
+            comps = _failed_group(judge, len(completions), err)
+        per_judge.append(comps)
     out = []
     for k, (completion, verdict) in enumerate(zip(completions, base, strict=True)):
         components = [comps[k] for comps in per_judge]
         fmt = [j.format_ok(completion) for j in judges if hasattr(j, "format_ok")]
-        out.append(_combine(verdict, components, all(fmt) if fmt else None))
+        out.append(_combine(verdict, components, all(fmt) if fmt else None, judges))
     return out
 
 
@@ -336,6 +404,9 @@ class JudgedEnv(gymnasium.Wrapper):
     ) -> None:
         super().__init__(env)
         self.judges: list[Judge] = check_judges(judges, weights)
+        self._samples = JudgeStats()  # judged samples, and those a judge failed on (pop_metrics)
+        self.last_failure: str | None = None
+        """``"<judge name>: <reason>"`` of the newest failed component, for a learner's error message."""
 
     # ---- the env's own API, forwarded (gymnasium 1.x wrappers do not forward attributes)
     @property
@@ -359,7 +430,15 @@ class JudgedEnv(gymnasium.Wrapper):
 
     # ---- judging
     def _judge(self, task: Task, completions: list[Completion], base: list[Verdict]) -> list[Verdict]:
-        return judge_group(self.judges, task, completions, base)
+        verdicts = judge_group(self.judges, task, completions, base)
+        failed = [v for v in verdicts if any(_failed(c) for c in v.components)]
+        for verdict in failed[-1:]:
+            comp = next(c for c in reversed(verdict.components) if _failed(c))
+            self.last_failure = f"{comp.name}: {comp.reason}"
+        self._samples.add(
+            samples=len(verdicts), judge_failed=len(failed), judge_ungradeable=sum(v.score is None for v in failed)
+        )
+        return verdicts
 
     def score_group(self, task: Task, completions: Sequence[Completion | str]) -> list[Verdict]:
         """Grade ``G`` completions of one task: the env's verifier, then each judge over the whole group."""
@@ -391,10 +470,16 @@ class JudgedEnv(gymnasium.Wrapper):
 
         Keys are ``"<judge name>/<counter>"``: the change of every numeric counter of :meth:`judge_stats`
         (calls, failures, seconds, LLM retries and timeouts, ...) and, for judges that keep step metrics
-        (the arena), their ``pop_metrics()`` (``arena/frac_routed``, ``arena/judge_calls``, ...).
+        (the arena), their ``pop_metrics()`` (``arena/frac_routed``, ``arena/judge_calls``, ...). Three keys
+        have no judge name: ``samples`` (completions judged), ``judge_failed`` (those on which at least one judge
+        failed) and ``judge_ungradeable`` (those of them left ungradeable; the rest fell back to the verifier).
         """
         last = getattr(self, "_last_stats", {})
-        out: dict[str, float | None] = {}
+        samples = self._samples.snapshot()
+        before = last.get("", {})
+        out: dict[str, float | None] = {k: samples.get(k, 0) - before.get(k, 0)
+                                        for k in ("samples", "judge_failed", "judge_ungradeable")}  # fmt: skip
+        last[""] = samples
         for judge in self.judges:
             now = judge.stats()
             before = last.get(judge.name, {})

@@ -18,7 +18,13 @@ Defences, each tested in ``tests/judges/test_llm.py``:
 - **Bounded calls.** Each call runs on a worker thread and is abandoned after ``timeout_s`` (no SIGALRM,
   so it works off the main thread). Failures (exceptions, timeouts, parse failures) are retried up to
   ``max_retries`` times with capped exponential backoff and jitter, then recorded as ungradeable
-  (``score=None``): a failing judge never raises into training.
+  (``score=None``): a failing judge never raises into training. A request the server refuses for its
+  content (an HTTP 4xx other than 408/409/425/429, e.g. a prompt over the judge model's context) is not
+  retried: it would be refused again.
+- **Circuit breaker, per endpoint.** Only endpoint failures (connection errors, timeouts, 5xx, malformed
+  bodies) count towards opening it, and before it opens a tiny probe request checks the endpoint: when the
+  probe is answered, the failures were the requests' own (an over-long or judge-derailing completion) and the
+  circuit stays closed. So one completion's behaviour cannot cut the judge off for the others.
 - **Caching and counters.** Outcomes are cached by a SHA-256 of the content (rubric, problem, reference,
   candidate texts and their order); each judge counts calls, retries, timeouts, errors, parse failures,
   cache hits, seconds, and prompt / reply sizes (characters, and tokens when the policy reports them).
@@ -233,9 +239,14 @@ class _BoundedCaller:
     transport timeout too (the ``openai`` policy has one) so abandoned threads do not pile up.
 
     Circuit breaker: after ``breaker_after`` consecutive calls that ended in endpoint failures (errors or
-    timeouts after all retries), calls fail at once (``short_circuits``) for ``breaker_cooldown_s``; then one
-    call is let through, and a success closes the circuit. So a dead endpoint costs a training step a few
-    seconds instead of retries with backoff for every sample.
+    timeouts after all retries), one tiny probe request is sent (``probes``). If the endpoint answers it, the
+    failures were the requests' own (an over-long prompt, a completion that makes the judge model fail), the
+    streak is forgotten and the circuit stays closed. If the probe fails too (``probe_failures``), calls fail
+    at once (``short_circuits``) for ``breaker_cooldown_s``; then calls are let through again, and the next
+    endpoint failure probes again. So a dead endpoint costs a training step a few seconds instead of retries
+    with backoff for every sample, and no completion can open the circuit for the others. A request refused
+    for its content (HTTP 4xx other than 408/409/425/429, counted as ``refused``) is not retried and shows the
+    endpoint is up; a parse failure too.
     """
 
     def __init__(
@@ -266,7 +277,8 @@ class _BoundedCaller:
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
         self.breaker_after, self.breaker_cooldown_s = breaker_after, breaker_cooldown_s
-        self._down_streak, self._open_until = 0, -float("inf")
+        self._down_streak, self._open_until, self._probing = 0, -float("inf"), False
+        self._down_why = ""  # the newest endpoint failure, quoted while the circuit is open
 
     def _breaker_open(self) -> float | None:
         """Seconds until the circuit lets a call through, or ``None`` when it is closed (or half-open)."""
@@ -277,12 +289,41 @@ class _BoundedCaller:
         return wait if wait > 0 else None
 
     def _record(self, endpoint_down: bool) -> None:
+        """Count a call's outcome for the breaker; the ``breaker_after``-th endpoint failure in a row probes."""
         if not self.breaker_after:
             return
         with self._rng_lock:
             self._down_streak = self._down_streak + 1 if endpoint_down else 0
-            if self._down_streak >= self.breaker_after:
-                self._open_until = self._clock() + self.breaker_cooldown_s
+            probe = self._down_streak >= self.breaker_after and not self._probing
+            probe = probe and self._open_until <= self._clock()
+            self._probing = self._probing or probe
+        if not probe:
+            return
+        alive = False
+        try:
+            alive = self._probe()
+        finally:
+            with self._rng_lock:
+                self._probing = False
+                if alive:
+                    self._down_streak = 0
+                else:
+                    self._open_until = self._clock() + self.breaker_cooldown_s
+
+    def _probe(self) -> bool:
+        """Whether the endpoint answers a tiny request within ``timeout_s`` (any completion counts)."""
+        text = "Reply with the word OK."
+        prompt: Prompt = [{"role": "user", "content": text}] if self.chat else text
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=4)
+        future = self._pool.submit(self.policy.generate, [prompt], n=1, sampling=sampling)
+        try:
+            out = future.result(timeout=self.timeout_s)
+            alive = bool(out) and bool(out[0]) and isinstance(out[0][0], Completion)
+        except Exception:  # noqa: BLE001 - any failure of the probe means the endpoint is down
+            future.cancel()
+            alive = False
+        self.stats.add(probes=1, probe_failures=int(not alive))
+        return alive
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry ``attempt`` (1-based): capped exponential, "equal jitter" (x U[0.5, 1])."""
@@ -303,7 +344,8 @@ class _BoundedCaller:
         if wait is not None:
             self.stats.add(short_circuits=1, failures=1)
             return None, (
-                f"circuit open after {self._down_streak} consecutive endpoint failures; next try in {wait:.0f} s"
+                f"circuit open after {self._down_streak} consecutive endpoint failures; next try in {wait:.0f} s "
+                f"(last: {self._down_why})"
             )
         why, down = "no attempt", False
         for attempt in range(self.max_retries + 1):
@@ -323,6 +365,10 @@ class _BoundedCaller:
             except Exception as err:  # noqa: BLE001 - any endpoint failure is retried, then ungradeable
                 self.stats.add(errors=1, seconds=time.perf_counter() - start)
                 why, down = f"{type(err).__name__}: {err}"[:300], True
+                if _refused(err):  # this request's content, not the endpoint: asking again repeats the refusal
+                    self.stats.add(refused=1)
+                    down = False
+                    break
                 continue
             reply = completion.text if isinstance(completion.text, str) else ""
             self.stats.add(
@@ -336,9 +382,20 @@ class _BoundedCaller:
                 continue
             self._record(endpoint_down=False)
             return value, "ok"
+        if down:
+            self._down_why = why
         self._record(endpoint_down=down)
         self.stats.add(failures=1)
-        return None, f"failed after {self.max_retries + 1} attempt(s): {why}"
+        return None, f"failed after {attempt + 1} attempt(s): {why}"
+
+
+_RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+
+
+def _refused(err: Exception) -> bool:
+    """Whether a policy error is a server's refusal of this request (HTTP 4xx but 408/409/425/429)."""
+    status = getattr(err, "status", None)
+    return isinstance(status, int) and 400 <= status < 500 and status not in _RETRYABLE_4XX
 
 
 # --------------------------------------------------------------------------------------------------- configs

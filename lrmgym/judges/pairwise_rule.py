@@ -4,32 +4,46 @@ The Reasoning Arena uses an LLM judge (DeepSeekMath-V2 in the paper). For the ti
 no such judge, so this one compares two traces with checkable rules, in order, the first rule that
 separates them deciding:
 
-1. ``arithmetic``: the trace with fewer wrong intermediate steps wins. A step is a written equation such as
-   ``93+13=106`` or ``12*(3+4)=84``; its left side is evaluated with exact fractions and compared with the
-   right side.
+1. ``arithmetic``: the trace with more verified work wins. A step is a written equation such as ``93+13=106``
+   or ``12*(3+4)=84``; its left side is evaluated with exact fractions and compared with the right side. A
+   correct step counts as work only when it is *grounded* (every number on its left side is a number of the
+   problem or the result of an earlier counted step) and new (an equation written again counts once). Traces
+   are ranked by the correct steps written before their first wrong step (a later first error is better),
+   then by all their correct steps, then a trace with work and no wrong step beats one with a wrong step.
+   Writing nothing earns nothing: an empty or step-free trace ranks with the traces that have no correct
+   work (level with an all-wrong trace, below any trace with one correct step), and the later rules decide.
 2. ``distance``: the trace whose final ``<answer>`` is numerically nearer the reference wins (a numeric
    answer beats a missing or non-numeric one).
 3. ``format``: the trace with the strict answer format (one ``<think>`` then one ``<answer>``, nothing after)
    wins.
 
-Otherwise it is a tie. It is a stand-in, not a model of reasoning quality: it sees only arithmetic slips,
-closeness and format. It never raises: texts are scanned in linear time, numbers are capped at 30 digits,
+Otherwise it is a tie. It is a stand-in, not a model of reasoning quality: it sees only arithmetic work,
+closeness and format (a step that needs a constant the problem does not state, such as ``x 100`` for a
+percentage, is not counted). It never raises: texts are scanned in linear time, numbers are capped at 30 digits,
 and at most 200 equations are checked per trace.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Literal
 
 from pydantic import Field
 
 from lrmgym.core import Completion, Task
-from lrmgym.judges.base import JudgeConfigBase, PairwiseAsJudge
+from lrmgym.judges.base import JudgeConfigBase, PairwiseAsJudge, prompt_text
 from lrmgym.judges.rule import FormatJudge
 
-__all__ = ["RulePairwiseJudge", "RulePairwiseJudgeConfig", "check_steps", "trace_facts"]
+__all__ = [
+    "RulePairwiseJudge",
+    "RulePairwiseJudgeConfig",
+    "check_steps",
+    "problem_numbers",
+    "trace_facts",
+    "verified_work",
+]
 
 Criterion = Literal["arithmetic", "distance", "format"]
 
@@ -126,26 +140,68 @@ def _equations(text: str):
         pos = text.find("=", pos + 1)
 
 
-def check_steps(text: str) -> tuple[int, int]:
-    """``(right, wrong)`` counts of the equations written in ``text`` (at most 200 checked)."""
-    right = wrong = 0
+def _steps(text: str) -> Iterator[tuple[str, Fraction, bool]]:
+    """Yield ``(left side, right side, correct)`` of each arithmetic step in ``text``, in order (at most 200).
+
+    ``x = 5`` or a bare number is not an arithmetic step, nor is a left side that does not parse.
+    """
+    checked = 0
     for lhs, rhs in _equations(text[:_MAX_TEXT]):
-        if not re.search(r"\d\s*[-+*/×÷]", lhs):  # "x = 5" or a bare number is not an arithmetic step
+        if not re.search(r"\d\s*[-+*/×÷]", lhs):
             continue
         try:
             value = _evaluate(lhs)
         except ZeroDivisionError:
-            wrong += 1
-            continue
-        if value is None:
-            continue
-        if value == Fraction(rhs):
-            right += 1
+            value, ok = None, False
         else:
-            wrong += 1
-        if right + wrong >= _MAX_STEPS:
-            break
+            if value is None:
+                continue
+            ok = value == Fraction(rhs)
+        yield lhs, Fraction(rhs), ok
+        checked += 1
+        if checked >= _MAX_STEPS:
+            return
+
+
+def check_steps(text: str) -> tuple[int, int]:
+    """``(right, wrong)`` counts of the equations written in ``text`` (at most 200 checked)."""
+    right = wrong = 0
+    for _, _, ok in _steps(text):
+        right, wrong = right + ok, wrong + (not ok)
     return right, wrong
+
+
+def _numbers(text: str) -> set[Fraction]:
+    return {Fraction(n) for n in re.findall(_NUM, text)}
+
+
+def problem_numbers(task: Task) -> frozenset[Fraction]:
+    """The numbers written in the task's prompt: what a grounded step may start from."""
+    return frozenset(_numbers(prompt_text(task.prompt)[:_MAX_TEXT]))
+
+
+def verified_work(text: str, given: frozenset[Fraction] | set[Fraction]) -> tuple[int, int, bool]:
+    """``(correct steps before the first wrong one, correct steps in all, no wrong step and some work)``.
+
+    Only grounded, new steps count as correct work: every number on the left side is in ``given`` or is the
+    result of an earlier counted step, and an equation already counted is not counted again. A wrong step
+    counts wherever its numbers come from.
+    """
+    known = set(given)
+    seen: set[tuple[str, Fraction]] = set()
+    before = total = wrong = 0
+    for lhs, rhs, ok in _steps(text):
+        if not ok:
+            wrong += 1
+            continue
+        key = (re.sub(r"\s+", "", lhs), rhs)
+        if key in seen or not _numbers(lhs) <= known:
+            continue
+        seen.add(key)
+        known.add(rhs)
+        total += 1
+        before += not wrong
+    return before, total, wrong == 0 and total > 0
 
 
 def _final_answer(text: str) -> Fraction | None:
@@ -164,11 +220,15 @@ def _final_answer(text: str) -> Fraction | None:
     return value
 
 
-def trace_facts(text: str, strict: FormatJudge | None = None) -> tuple[int, int, Fraction | None, bool]:
-    """The facts the rules compare: step counts, the final numeric answer, and the strict format."""
-    right, wrong = check_steps(text)
+def trace_facts(
+    text: str, given: frozenset[Fraction] | set[Fraction] = frozenset(), strict: FormatJudge | None = None
+) -> tuple[tuple[int, int, bool], Fraction | None, bool]:
+    """The facts the rules compare: the verified work, the final numeric answer, and the strict format.
+
+    The work is :func:`verified_work` against ``given``, the problem's numbers (:func:`problem_numbers`).
+    """
     fmt = (strict or FormatJudge("strict")).check(text)[0]
-    return right, wrong, _final_answer(text[-_MAX_TEXT:]), fmt
+    return verified_work(text, given), _final_answer(text[-_MAX_TEXT:]), fmt
 
 
 def _reference(task: Task) -> Fraction | None:
@@ -201,23 +261,24 @@ class RulePairwiseJudge(PairwiseAsJudge):
 
     def _compare_once(self, task: Task, first: Completion, second: Completion) -> float | None:
         try:
-            a = trace_facts(first.text, self._strict)
-            b = trace_facts(second.text, self._strict)
+            given = problem_numbers(task)
+            a = trace_facts(first.text, given, self._strict)
+            b = trace_facts(second.text, given, self._strict)
         except (ValueError, ZeroDivisionError, OverflowError):  # defensive: the rules above avoid these
             return None
         ref = _reference(task)
         for criterion in self.criteria:
-            if criterion == "arithmetic" and a[1] != b[1]:
-                return 1.0 if a[1] < b[1] else 0.0
+            if criterion == "arithmetic" and a[0] != b[0]:
+                return 1.0 if a[0] > b[0] else 0.0
             if criterion == "distance" and ref is not None:
-                da = None if a[2] is None else abs(a[2] - ref)
-                db = None if b[2] is None else abs(b[2] - ref)
+                da = None if a[1] is None else abs(a[1] - ref)
+                db = None if b[1] is None else abs(b[1] - ref)
                 if da != db:
                     if da is None or db is None:
                         return 1.0 if db is None else 0.0
                     return 1.0 if da < db else 0.0
-            if criterion == "format" and a[3] != b[3]:
-                return 1.0 if a[3] else 0.0
+            if criterion == "format" and a[2] != b[2]:
+                return 1.0 if a[2] else 0.0
         return 0.5
 
     def compare(self, task: Task, first: Completion, second: Completion) -> float | None:

@@ -55,6 +55,7 @@ class AccuracyJudge(BaseJudge):
     """The env's own verifier as a judge: its score, unchanged (``None`` stays ungradeable)."""
 
     name = "accuracy"
+    verifiable = True
 
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
         return verdict.score, verdict.reason or ("ungradeable" if verdict.score is None else ""), False
@@ -103,6 +104,7 @@ class FormatJudge(BaseJudge):
         self.mode, self.think_prefilled = mode, think_prefilled
         self.eos_strings = tuple(eos_strings)
         self.reward_ok, self.reward_bad = reward_ok, reward_bad
+        self.score_bounds = (min(reward_ok, reward_bad), max(reward_ok, reward_bad))
 
     def check(self, text: str) -> tuple[bool, str]:
         """``(ok, reason)`` for a completion's text."""
@@ -213,6 +215,7 @@ class LengthPenalty(BaseJudge):
             )
         super().__init__(name, weight)
         self.max_length, self.free_length, self.coef, self.unit = max_length, free_length, coef, unit
+        self.score_bounds = (-coef, 0.0)
 
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
         length, unit = completion_length(completion, self.unit)
@@ -266,6 +269,7 @@ class OverlongPenalty(BaseJudge):
             )
         super().__init__(name, weight)
         self.max_length, self.cache_length, self.unit = max_length, cache_length, unit
+        self.score_bounds = (-1.0, 0.0)
 
     def _score(self, task: Task, completion: Completion, verdict: Verdict) -> tuple[float | None, str, bool]:
         length, unit = completion_length(completion, self.unit)

@@ -7,11 +7,17 @@ first asks to stop after the current step and saves; the second aborts), the pro
 experiment trackers of ``run.report_to`` (:mod:`lrmgym.tracking`), which get what the logs get.
 
 What an :class:`Algorithm` owns: its own state (weights, optimizer, data position...) and one training step.
+
+A step that graded nothing as asked (every sample ungradeable, or a judge that failed on every sample it was
+given, e.g. a dead LLM-judge endpoint) prints a warning line; after :attr:`Loop.max_failed_steps` such steps in
+a row the loop saves a checkpoint and stops with :class:`FailedStepsError` (one line, exit status 1), so that
+a run never trains on nothing in silence. The run directory stays resumable.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import signal
 import threading
 import time
@@ -35,7 +41,48 @@ from lrmgym.learners.rundir import (
 )
 from lrmgym.tracking import Trackers
 
-__all__ = ["Algorithm", "Loop", "LoopConfig", "StepResult"]
+__all__ = ["Algorithm", "FailedStepsError", "Loop", "LoopConfig", "StepResult", "failed_step"]
+
+
+class FailedStepsError(SystemExit):
+    """The run stopped after steps that graded nothing; the message is one line: what, the last error, the fix.
+
+    A :class:`SystemExit` (status 1, the message printed without a traceback), because nothing in the program is
+    broken: the judge or the env's verifier is. A library caller can catch it; the run directory is resumable.
+    """
+
+
+def failed_step(metrics: dict[str, Any]) -> str | None:
+    """What made a step's grading fail, or ``None``: every sample ungradeable, or a judge failed on every sample.
+
+    Reads the step's ``ungradeable_frac`` and each judge's ``judge/<name>/failures`` and ``judge/<name>/calls``
+    (learners that log neither are never stopped).
+    """
+    if metrics.get("ungradeable_frac") == 1.0:
+        return "every sample was ungradeable"
+    for key, failures in metrics.items():
+        name = re.fullmatch(r"judge/(.+)/failures", key)
+        calls = metrics.get(f"judge/{name[1]}/calls") if name else None
+        if isinstance(calls, (int, float)) and calls > 0 and isinstance(failures, (int, float)) and failures >= calls:
+            return f"the {name[1]} judge failed on all {int(calls)} samples"  # type: ignore[index]
+    return None
+
+
+def _last_failure(samples: list[dict[str, Any]], env: Any) -> str:
+    """The newest failure reason on record: a failed judge component of the step's samples, else the env's."""
+    from lrmgym.episodes import env_attr
+
+    found = None
+    for record in samples:
+        for traj in record.get("trajectories", ()):
+            verdict = traj.get("verdict") or {}
+            for comp in verdict.get("components") or ():
+                if comp.get("score") is None and comp.get("reason"):
+                    found = f"{comp.get('name')}: {comp['reason']}"
+            if found is None and verdict.get("score") is None and verdict.get("reason"):
+                found = str(verdict["reason"])
+    found = found or env_attr(env, "last_failure") or "none recorded (learner.log_samples=0 keeps no samples)"
+    return " ".join(str(found).split())[:400]
 
 
 class LoopConfig(BaseModel):
@@ -120,6 +167,10 @@ class Algorithm:
 class Loop:
     """Runs an :class:`Algorithm` in a run directory under a :class:`LoopConfig`."""
 
+    max_failed_steps: int = 3
+    """Stop after this many steps in a row that graded nothing (see :func:`failed_step`); 0: only warn each step.
+    A loop config with a ``max_failed_steps`` field sets it; a library caller may set it on the loop."""
+
     def __init__(self, ctx: RunContext, cfg: LoopConfig, algorithm: Algorithm) -> None:
         self.ctx, self.cfg, self.algorithm = ctx, cfg, algorithm
         self.run_dir = ctx.run_dir
@@ -133,6 +184,9 @@ class Loop:
         self.log_gaps: str | None = None  # steps with no metrics line, when a resume found them lost
         self.trackers = Trackers()  # opened by run(), once the step to continue from is known
         self._set_up = False
+        self.max_failed_steps = int(getattr(cfg, "max_failed_steps", type(self).max_failed_steps))
+        self._failed_streak = 0  # steps in a row that graded nothing
+        self._last_samples: list[dict[str, Any]] = []
         algorithm.loop = self
 
     # ------------------------------------------------------------------------------------------ budget
@@ -257,6 +311,12 @@ class Loop:
                 bar.total = self.expected_steps()  # a time budget ends the run before `steps`: say when
                 bar.update(1)
                 bar.set_postfix(**self.algorithm.postfix(metrics))
+                stop = self._check_grading(metrics)
+                if stop is not None:
+                    bar.close()
+                    self.save()
+                    self.finish("failed_steps")
+                    raise FailedStepsError(stop)
                 if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.step < self.cfg.steps:
                     self._record_eval(f"step_{self.step}", self.evaluate(f"step_{self.step}"))
                 if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps or self.over_budget():
@@ -280,6 +340,27 @@ class Loop:
         self._print_table(summary)
         return summary
 
+    def _check_grading(self, metrics: dict[str, Any]) -> str | None:
+        """Warn about a step that graded nothing; the stop message once ``max_failed_steps`` came in a row."""
+        what = failed_step(metrics)
+        if what is None:
+            self._failed_streak = 0
+            return None
+        self._failed_streak += 1
+        last = _last_failure(self._last_samples, self.ctx.env)
+        limit = self.max_failed_steps
+        if limit and self._failed_streak >= limit:
+            name = last.split(":", 1)[0]
+            where = f"judge.{name}.policy" if f"judge/{name}/calls" in metrics else "judge.NAME.policy"
+            return (
+                f"stopped at step {self.step}: {limit} steps in a row in which {what}; last error: {last}. Fix the "
+                f"judge (is its endpoint up? see {where} in {self.run_dir / 'config.yaml'}) or the env's verifier, "
+                f"then continue with `lrmgym run --resume {self.run_dir}`."
+            )
+        then = f"; the run stops after {limit} such steps in a row" if limit else ""
+        _say(f"warning: step {self.step}: {what}; last error: {last}{then}.")
+        return None
+
     def train_step(self) -> dict[str, Any]:
         """One step of the algorithm; appends its line to ``metrics.jsonl`` and returns it."""
         start = time.perf_counter()
@@ -293,6 +374,7 @@ class Loop:
         self.algorithm.end_step()  # after step and elapsed_s have advanced
         self.metrics_log.append(metrics)
         samples = [{"step": self.step, **record} for record in out.samples]
+        self._last_samples = samples
         for record in samples:
             self.samples_log.append(record)
         self.trackers.log_step(metrics, samples)

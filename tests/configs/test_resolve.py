@@ -141,3 +141,12 @@ def test_judges_add_to_accuracy_unless_an_accuracy_or_arena_judge_is_chosen():
     assert list(resolve((*BASE, "judge=arena")).judge) == ["arena"]
     assert list(resolve((*BASE, "judge=[format_loose,accuracy]")).judge) == ["format_loose", "accuracy"]
     assert resolve((*BASE, "judge=none")).judge == {}
+
+
+def test_a_judge_listed_twice_is_refused_not_merged():
+    # judge=[accuracy,accuracy] used to become one accuracy judge silently (issue 36.11).
+    assert fail("judge=[accuracy,accuracy]") == (
+        "judge: accuracy is listed twice in [accuracy, accuracy]; each preset is one judge, addressed as "
+        "judge.accuracy.KEY. To weigh it more, set judge.accuracy.weight=2."
+    )
+    assert fail("judge=[format_strict,length,format_strict]").startswith("judge: format_strict is listed twice")

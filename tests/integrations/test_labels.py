@@ -182,6 +182,7 @@ def test_ungradeable_verdicts_get_the_failure_value_and_a_flag():
     cfg = resolve([
         "env=math", "judge=[accuracy,llm_pointwise]", "judge.llm_pointwise.policy.base_url=http://127.0.0.1:9/v1",
         "judge.llm_pointwise.max_retries=0", "judge.llm_pointwise.policy.max_retries=0",
+        "judge.accuracy.weight=0",  # the LLM judge alone decides: its failure leaves the sample ungradeable
     ])  # fmt: skip
     world = World(cfg.env, cfg.judge)
     (score,) = world.score_texts(0, 0, [_r1("1")])

@@ -13,11 +13,15 @@ class JudgeServer:
 
     ``mode`` decides every answer: ``"ok"`` (HTTP 200 with ``reply`` as the message content), ``"500"``
     (HTTP 500), ``"garbage"`` (HTTP 200 with a body that is not JSON), ``"hang"`` (sleeps ``hang_s`` before
-    answering). ``requests`` counts the requests received.
+    answering), ``"context"`` (a model with a small context: HTTP 400 when the prompt is longer than
+    ``context_chars`` characters, else as ``"ok"``). ``requests`` counts the requests received.
     """
 
-    def __init__(self, mode: str = "ok", reply: str = "SCORE: 7", hang_s: float = 3.0) -> None:
+    def __init__(
+        self, mode: str = "ok", reply: str = "SCORE: 7", hang_s: float = 3.0, context_chars: int = 4000
+    ) -> None:
         self.mode, self.reply, self.hang_s, self.requests = mode, reply, hang_s, 0
+        self.context_chars = context_chars
         self.bodies: list[dict] = []
         server = self
 
@@ -31,7 +35,11 @@ class JudgeServer:
                 server.requests += 1
                 if server.mode == "hang":
                     time.sleep(server.hang_s)
-                if server.mode == "500":
+                body = server.bodies[-1]
+                prompt = "".join(str(m.get("content", "")) for m in body.get("messages", [])) or body.get("prompt", "")
+                if server.mode == "context" and len(prompt) > server.context_chars:
+                    self._send(400, b'{"error": {"message": "This model\'s maximum context length is exceeded"}}')
+                elif server.mode == "500":
                     self._send(500, b'{"error": "internal server error"}')
                 elif server.mode == "garbage":
                     self._send(200, b"<html>\x00\xff not json")

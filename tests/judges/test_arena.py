@@ -265,3 +265,90 @@ def test_concurrent_workers_give_the_same_rewards_as_sequential_judging():
     arena = ArenaJudge(LLMPairwiseJudge(slow, cache_size=0), workers=3)
     arena.score_group(TASK, *_group(range(6)))
     assert slow.peak > 1 and arena.pop_metrics()["judge_calls"] == 12
+
+
+# ---- issue 35.10: identical traces get identical rewards, whatever their arrival order
+@pytest.mark.parametrize("where", range(8))
+def test_identical_traces_get_identical_rewards_in_any_arrival_order(where):
+    values = [3] * 7
+    values.insert(where, 5)  # seven identical traces and one better one, the better one at every position
+    judge = ValueJudge()
+    out = ArenaJudge(judge).score_group(TASK, *_group(values))
+    rewards = [c.score for c in out]
+    assert rewards[where] == 1.0
+    assert [r for k, r in enumerate(rewards) if k != where] == [0.0] * 7
+    assert len(judge.log) == 1  # the copies are one node: one comparison decides the group
+
+
+def test_traces_equal_after_whitespace_normalisation_are_one_node():
+    comps = [Completion("3"), Completion(" 3\r\n"), Completion("5"), Completion("3  \n")]
+    out = ArenaJudge(ValueJudge()).score_group(TASK, comps, [Verdict(score=0.0)] * 4)
+    assert [c.score for c in out] == [0.0, 0.0, 1.0, 0.0]
+    arena = ArenaJudge(ValueJudge())
+    arena.score_group(TASK, *_group([3, 3, 3, 5]))
+    assert arena.pop_metrics()["duplicate_traces"] == 2
+
+
+def test_identical_traces_in_the_math_env_get_one_reward_and_an_empty_trace_does_not_win():
+    env = JudgedEnv(lrmgym.make("Math-v0"), ArenaJudgeConfig().build())
+    env.reset(seed=0)
+    task = env.task  # "Compute 97 - 75."
+    wrong = int(task.answer) + 1
+    traces = [f"<think>97-75=21;21+1=23</think><answer>{wrong}</answer>"] * 7
+    traces.append(f"<think></think><answer>{wrong}</answer>")
+    assert [v.score for v in env.score_group(task, traces)] == [0.0] * 8  # no correct work anywhere: no signal
+    traces[3] = f"<think>97-75=22</think><answer>{wrong}</answer>"  # one trace with a correct step
+    scores = [v.score for v in env.score_group(task, traces)]
+    assert scores[3] == 1.0
+    assert scores[:3] + scores[4:7] == [scores[0]] * 6  # the six copies: one node, one reward
+    assert scores[7] == pytest.approx(scores[0], abs=1e-6)  # the empty trace: level with them, not above
+
+
+# ---- issue 35.9 (pairwise sibling): a trace that derails the judge earns no rank from it
+class DerailedBy(ValueJudge):
+    """ValueJudge that fails whenever the trace "0" is in the comparison (it derails the judge)."""
+
+    def compare(self, task, first, second):
+        if "0" in (first.text, second.text):
+            self.log.append((int(first.text), int(second.text)))
+            return None
+        return super().compare(task, first, second)
+
+
+@pytest.mark.parametrize("where", [0, 2, 3])
+def test_a_trace_whose_every_comparison_failed_gets_the_bottom_reward_not_the_prior(where):
+    values = [5, 1, 9]
+    values.insert(where, 0)
+    arena = ArenaJudge(DerailedBy(), tournament="round_robin")
+    out = arena.score_group(TASK, *_group(values))
+    rewards = dict(zip(values, [c.score for c in out], strict=True))
+    assert rewards[0] == 0.0 and rewards[9] == 1.0 and rewards[1] == 0.0 and 0 < rewards[5] < 1
+    assert "every comparison failed" in out[where].reason
+    assert arena.stats()["failures"] == 1  # counted as the arena's failure on that completion
+
+
+def test_a_dead_pairwise_judge_counts_every_routed_trace_as_failed():
+    arena = ArenaJudge(ValueJudge(fail=True))
+    out = arena.score_group(TASK, *_group(range(4)))
+    assert [c.score for c in out] == [0.0] * 4 and arena.stats()["failures"] == 4
+
+
+class Broken(ValueJudge):
+    """A pairwise judge with bugs: it raises, or answers outside [0, 1] (NaN, 7), for some pairs."""
+
+    def compare(self, task, first, second):
+        a, b = int(first.text), int(second.text)
+        self.log.append((a, b))
+        if 0 in (a, b):
+            raise RuntimeError("judge bug")
+        if 4 in (a, b):
+            return float("nan") if a == 4 else 7.0
+        return 1.0 if a > b else 0.0 if a < b else 0.5
+
+
+def test_a_pairwise_judge_that_raises_or_answers_out_of_range_fails_those_comparisons_only():
+    arena = ArenaJudge(Broken(), tournament="round_robin")
+    out = arena.score_group(TASK, *_group([5, 0, 9, 4, 1]))
+    scores = dict(zip([5, 0, 9, 4, 1], [c.score for c in out], strict=True))
+    assert scores[0] == 0.0 and scores[4] == 0.0 and scores[9] == 1.0 and scores[1] == 0.0 and 0 < scores[5] < 1
+    assert arena.pop_metrics()["judge_failures"] == 7  # every pair with the 0 or the 4

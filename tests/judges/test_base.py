@@ -89,17 +89,128 @@ def test_weights_override_and_verify_gives_the_judged_verdict():
     assert env.verify(env.task, env.task.answer).score == 3.0
 
 
-def test_a_failing_judge_makes_the_verdict_ungradeable_without_raising():
-    env = JudgedEnv(EchoEnv(), [AccuracyJudge(), Exploding()])
+def test_a_failing_judge_without_a_verifier_makes_the_verdict_ungradeable_without_raising():
+    env = JudgedEnv(EchoEnv(), [FormatJudge("loose"), Exploding()])
     env.reset(seed=0)
     _, reward, _, _, info = env.step("anything")
     verdict = info["verdict"]
     assert reward == 0.0 and verdict.score is None
-    assert (
-        verdict.reason
-        == "ungradeable by exploding; accuracy: mismatch; exploding: exploding failed: RuntimeError: boom"
+    assert verdict.reason == (
+        "ungradeable by exploding; format_loose: no <think> tag; exploding: exploding failed: RuntimeError: boom"
     )
     assert env.judge_stats()["exploding"]["failures"] == 1
+
+
+# ---- issue 35.9: a judge's failure never masks what the verifier graded
+def test_a_failing_judge_never_masks_a_wrong_answer_the_verifier_graded():
+    env = JudgedEnv(EchoEnv(), [AccuracyJudge(), Exploding()])
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("anything")
+    verdict = info["verdict"]
+    assert reward == 0.0 and verdict.score == 0.0 and verdict.correct is False  # wrong: 0, not masked
+    assert verdict.reason == (
+        "judge_failed: exploding (counted at the lowest score; the verifier graded this completion); "
+        "accuracy: mismatch; exploding: exploding failed: RuntimeError: boom"
+    )
+    assert verdict.components[1].score is None  # the failed component stays on record as failed
+
+
+def test_a_correct_answer_falls_back_to_the_verifiable_score_and_failures_are_counted():
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(weight=2.0), Exploding(weight=0.5), FormatJudge("loose")])
+    env.reset(seed=0)
+    verdicts = env.score_group(env.task, [env.task.answer, "<think>x</think>wrong"])
+    assert [v.score for v in verdicts] == [2.0, 1.0]  # 2 x accuracy + 0 (failed judge) + format
+    m = env.pop_metrics()
+    assert (m["samples"], m["judge_failed"], m["judge_ungradeable"]) == (2, 2, 0)
+    assert env.pop_metrics()["judge_failed"] == 0
+
+
+class Penalty(BaseJudge):
+    """A failing judge whose scores are penalties in [-1, 0]: failing must count as -1, not as 0."""
+
+    name = "penalty"
+    score_bounds = (-1.0, 0.0)
+
+    def _score(self, task, completion, verdict):
+        raise RuntimeError("boom")
+
+
+def test_a_failed_component_counts_at_the_bound_that_weighs_least():
+    for weight, expected in ((1.0, -1.0), (-2.0, 0.0)):
+        env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), Penalty(weight=weight)])
+        env.reset(seed=0)
+        assert env.verify(env.task, env.task.answer).score == 1.0 + expected
+
+
+def test_without_a_weighted_or_gradeable_verifier_a_judge_failure_is_ungradeable():
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(weight=0.0), Exploding()])  # trains on the judge alone
+    env.reset(seed=0)
+    assert env.verify(env.task, "wrong").score is None
+    assert env.pop_metrics()["judge_ungradeable"] == 1
+
+
+class NonFinite(BaseJudge):
+    name = "nonfinite"
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def _score(self, task, completion, verdict):
+        return self.value, "", False
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 1e400, "7"])
+def test_a_non_finite_judge_score_is_a_failure_not_a_nan_reward(value):
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), NonFinite(value)])
+    env.reset(seed=0)
+    verdict = env.verify(env.task, "wrong")
+    assert verdict.score == 0.0 and verdict.components[1].score is None
+    assert "gave a non-finite score" in verdict.components[1].reason
+
+
+class GroupBug(BaseJudge):
+    """A judge whose group call raises, or returns too few components (bugs: neither may happen)."""
+
+    name = "groupbug"
+
+    def __init__(self, short: bool = False) -> None:
+        super().__init__()
+        self.short = short
+
+    def score_group(self, task, completions, verdicts):
+        if self.short:
+            return []
+        raise RuntimeError("group boom")
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_a_judge_whose_group_call_breaks_fails_its_components_and_never_raises(short):
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), GroupBug(short)])
+    env.reset(seed=0)
+    verdicts = env.score_group(env.task, [env.task.answer, "wrong"])
+    assert [v.score for v in verdicts] == [1.0, 0.0]
+    assert all(v.components[1].score is None and "groupbug failed" in v.components[1].reason for v in verdicts)
+
+
+class FailsOn(BaseJudge):
+    """Fails on one text (a completion that derails it), scores 0.5 elsewhere."""
+
+    name = "picky"
+
+    def _score(self, task, completion, verdict):
+        if completion.text == "derail":
+            raise RuntimeError("derailed")
+        return 0.5, "", False
+
+
+def test_one_completion_s_judge_failure_does_not_change_another_s_reward():
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), FailsOn()])
+    env.reset(seed=0)
+    alone = env.score_group(env.task, [env.task.answer, "wrong"])
+    together = env.score_group(env.task, [env.task.answer, "derail", "wrong"])
+    assert [v.score for v in alone] == [1.5, 0.5]
+    assert [v.score for v in together] == [1.5, 0.0, 0.5]
 
 
 def test_an_ungradeable_env_verdict_stays_ungradeable():

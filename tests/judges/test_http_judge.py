@@ -92,3 +92,49 @@ def test_lrmgym_judge_finishes_and_counts_failures_when_the_server_fails(tmp_pat
     assert "0 gradeable, 2 ungradeable" in result.output and "llm_failures=2" in result.output
     rows = [json.loads(x) for x in (tmp_path / "c.verdicts.jsonl").read_text().splitlines()]
     assert [r["verdict"]["score"] for r in rows] == [None, None]
+
+
+# ---- issue 35.9: a judge failure must not mask a verifiable verdict, nor one completion another's
+def test_over_long_completions_neither_mask_wrong_answers_nor_open_the_circuit_for_the_others():
+    from lrmgym.envs.echo import EchoEnv
+    from lrmgym.judges.base import JudgedEnv
+    from lrmgym.judges.rule import AccuracyJudge
+
+    with JudgeServer("context", reply="SCORE: 7", context_chars=4000) as server:
+        llm = _judge(server, breaker_after=5, breaker_cooldown_s=30.0, cache_size=0)
+        env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), llm])
+        env.reset(seed=0)
+        task = env.task
+        long_wrong = ["x" * 10_000 + str(k) for k in range(6)]  # too long for the judge model's context
+        verdicts = env.score_group(task, long_wrong)
+        assert [v.score for v in verdicts] == [0.0] * 6  # wrong answers score 0, never masked
+        assert all(v.components[1].score is None and "HTTP 400" in v.components[1].reason for v in verdicts)
+        assert server.requests == 6  # a refused request is not retried: it would be refused again
+        ok = env.score_group(task, [task.answer, "wrong"])  # the endpoint is fine: later completions are judged
+        assert [v.score for v in ok] == [pytest.approx(1.7), pytest.approx(0.7)]
+        stats = llm.stats()
+        assert stats.get("llm_short_circuits", 0) == 0 and stats["llm_refused"] == 6
+        assert env.pop_metrics()["judge_failed"] == 6
+
+
+def test_a_dead_endpoint_still_opens_the_circuit_and_wrong_answers_still_score_zero():
+    import socket
+
+    from lrmgym.envs.echo import EchoEnv
+    from lrmgym.judges.base import JudgedEnv
+    from lrmgym.judges.rule import AccuracyJudge
+
+    with socket.socket() as s:  # a closed loopback port: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = {"kind": "openai", "base_url": f"http://127.0.0.1:{port}/v1", "model": "judge", "api_key_env": None,
+              "timeout_s": 0.5, "max_retries": 0, "logprobs": False}  # fmt: skip
+    llm = PointwiseJudgeConfig(policy=policy, max_retries=0, backoff_s=0.0, breaker_after=2, workers=1).build()
+    env = JudgedEnv(EchoEnv(words=1), [AccuracyJudge(), llm])
+    env.reset(seed=0)
+    verdicts = env.score_group(env.task, [env.task.answer, "wrong", "wrong again", env.task.answer])
+    assert [v.score for v in verdicts] == [1.0, 0.0, 0.0, 1.0]  # the verifier's scores: nothing masked
+    stats = llm.stats()
+    # two connection errors, then a probe that fails too: the circuit opens and the last two fail at once
+    assert (stats["llm_errors"], stats["llm_probes"], stats["llm_probe_failures"]) == (2, 1, 1)
+    assert stats["llm_short_circuits"] == 2

@@ -262,10 +262,15 @@ def test_a_dead_endpoint_is_ungradeable_and_never_raises_into_the_env():
     env = JudgedEnv(EchoEnv(), [AccuracyJudge(), judge])
     env.reset(seed=0)
     _, reward, terminated, _, info = env.step(env.task.answer)
-    assert reward == 0.0 and terminated and info["verdict"].score is None
+    # The verifier graded it (correct): the reward falls back to the verifiable score, the failure is recorded.
+    assert reward == 1.0 and terminated and info["verdict"].score == 1.0
+    assert info["verdict"].reason.startswith("judge_failed: llm_pointwise")
+    alone = JudgedEnv(EchoEnv(), [judge])  # no verifier to fall back on: ungradeable
+    alone.reset(seed=0)
+    assert alone.step(alone.task.answer)[4]["verdict"].score is None
     comp = info["verdict"].components[1]
     assert comp.reason == "failed after 3 attempt(s): RuntimeError: HTTP 500: internal server error"
-    assert judge.stats()["llm_failures"] == 1 and judge.stats()["failures"] == 1
+    assert judge.stats()["llm_failures"] == 2 and judge.stats()["failures"] == 2
 
 
 def test_a_hanging_endpoint_is_cut_off_by_the_timeout_off_the_main_thread():
@@ -287,7 +292,11 @@ def test_a_hanging_endpoint_is_cut_off_by_the_timeout_off_the_main_thread():
     assert judge.stats()["llm_timeouts"] == 2
 
 
-@pytest.mark.parametrize("reply", ["I think it deserves a 10.", "SCORE: 99", "SCORE: 7\nDone.", "\x00" * 10, ""])
+@pytest.mark.parametrize(
+    "reply",
+    ["I think it deserves a 10.", "SCORE: 99", "SCORE: 7\nDone.", "\x00" * 10, "",
+     "SCORE: NaN", "SCORE: 1e9", "SCORE: -3", "SCORE: 7.5", "SCORE: inf"],  # never a huge, negative or NaN score
+)  # fmt: skip
 def test_garbage_replies_count_as_parse_errors(reply):
     judge = _pointwise(ScriptedPolicy([reply]), max_retries=1)
     comp = judge.score(TASK, RIGHT, Verdict(score=1.0))
@@ -371,19 +380,48 @@ def test_pointwise_group_calls_run_concurrently_and_keep_order():
 
 def test_circuit_breaker_fails_fast_while_the_endpoint_is_down_then_recovers():
     now = [0.0]
-    policy = FlakyPolicy(3)  # down for 3 calls, then healthy
+    policy = FlakyPolicy(5)  # down for 5 calls, then healthy
     judge = LLMPointwiseJudge(policy, max_retries=0, breaker_after=2, breaker_cooldown_s=10.0, cache_size=0,
                               sleep=lambda s: None, clock=lambda: now[0])  # fmt: skip
     score = lambda: judge.score(TASK, RIGHT, Verdict(score=1.0))  # noqa: E731
-    assert [score().score, score().score] == [None, None] and policy.calls == 2
+    # two failures, then the probe (call 3) fails too: the endpoint is down, the circuit opens
+    assert [score().score, score().score] == [None, None] and policy.calls == 3
     blocked = score()
-    assert blocked.reason == "circuit open after 2 consecutive endpoint failures; next try in 10 s"
-    assert policy.calls == 2 and judge.stats()["llm_short_circuits"] == 1
-    now[0] = 11.0  # cooldown over: one call is let through; it fails, so the circuit opens again
-    assert score().score is None and policy.calls == 3
-    assert score().reason.startswith("circuit open") and policy.calls == 3
+    assert blocked.reason == (
+        "circuit open after 2 consecutive endpoint failures; next try in 10 s "
+        "(last: RuntimeError: HTTP 500: internal server error)"
+    )
+    assert policy.calls == 3 and judge.stats()["llm_short_circuits"] == 1
+    now[0] = 11.0  # cooldown over: one call is let through; it fails, its probe fails, the circuit opens again
+    assert score().score is None and policy.calls == 5
+    assert score().reason.startswith("circuit open") and policy.calls == 5
     now[0] = 22.0  # the endpoint is back
-    assert score().score == 0.8 and score().score == 0.8 and policy.calls == 5
+    assert score().score == 0.8 and score().score == 0.8 and policy.calls == 7
+    assert (judge.stats()["llm_probes"], judge.stats()["llm_probe_failures"]) == (2, 2)
+
+
+class ContentFailingPolicy:
+    """A live endpoint that fails on long prompts (e.g. a local model out of memory), answers the rest."""
+
+    def __init__(self, limit: int = 2000) -> None:
+        self.limit, self.calls = limit, 0
+
+    def generate(self, prompts, n=1, sampling=None):
+        self.calls += 1
+        if len(prompts[0][-1]["content"]) > self.limit:
+            raise RuntimeError("CUDA out of memory")
+        return [[Completion("SCORE: 6")] for _ in prompts]
+
+
+def test_failures_caused_by_completions_do_not_open_the_circuit_for_the_others():
+    policy = ContentFailingPolicy()
+    judge = LLMPointwiseJudge(policy, max_retries=0, breaker_after=3, cache_size=0, workers=1)
+    derailing = [Completion("y" * 5000 + str(k)) for k in range(7)]
+    out = judge.score_group(TASK, [*derailing, RIGHT], [Verdict(score=0.0)] * 8)
+    assert [c.score for c in out] == [None] * 7 + [0.6]  # the last completion is still judged
+    stats = judge.stats()
+    assert stats.get("llm_short_circuits", 0) == 0 and stats["llm_probes"] == 2
+    assert stats["llm_probe_failures"] == 0
 
 
 def test_unparseable_replies_do_not_open_the_circuit():

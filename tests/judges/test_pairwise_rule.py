@@ -9,7 +9,14 @@ import time
 import pytest
 
 from lrmgym.core import Completion, Task
-from lrmgym.judges.pairwise_rule import RulePairwiseJudge, RulePairwiseJudgeConfig, _evaluate, check_steps
+from lrmgym.judges.pairwise_rule import (
+    RulePairwiseJudge,
+    RulePairwiseJudgeConfig,
+    _evaluate,
+    check_steps,
+    problem_numbers,
+    verified_work,
+)
 
 TASK = Task(id="m/0", prompt="Q:Compute 93+13+41. A:", answer="147")
 
@@ -61,7 +68,7 @@ def test_hostile_traces_are_scanned_quickly(text):
 GOOD = Completion("<think>93+13=106;106+41=147</think><answer>147</answer>")
 SLIP = Completion("<think>93+13=107;107+41=148</think><answer>148</answer>")  # one wrong step, answer off by 1
 FAR = Completion("<think>93+13=106;106+41=147</think><answer>200</answer>")  # steps right, answer far
-NEAR = Completion("<think>93+13=106;106+40=146</think><answer>146</answer>")  # steps right, answer off by 1
+NEAR = Completion("<think>93+13=106;106+41=147</think><answer>146</answer>")  # steps right, answer off by 1
 NONE = Completion("I do not know")
 APPENDED = Completion("<think>93+13=106;106+41=147</think><answer>147</answer> and more")
 
@@ -69,7 +76,7 @@ APPENDED = Completion("<think>93+13=106;106+41=147</think><answer>147</answer> a
 @pytest.mark.parametrize(
     ("first", "second", "outcome"),
     [
-        (GOOD, SLIP, 1.0),  # fewer wrong steps
+        (GOOD, SLIP, 1.0),  # more correct work (SLIP's first step is wrong)
         (SLIP, FAR, 0.0),  # arithmetic decides before distance
         (NEAR, FAR, 1.0),  # same steps: nearer answer
         (FAR, NONE, 1.0),  # a numeric answer beats none
@@ -96,3 +103,46 @@ def test_criteria_can_be_chosen():
         ValueError, match=f"^{re.escape('criteria must be a non-empty list of arithmetic, distance, format; got [].')}$"
     ):
         RulePairwiseJudge(())
+
+
+# ---- issue 35.10: a trace earns its rank with correct work, not by writing nothing
+SUB = Task(id="m/1", prompt="Compute 97 - 75.", answer="22")
+RIGHT = Completion("<think>97-75=22</think><answer>23</answer>")  # one correct step, answer off by one
+ALL_WRONG = Completion("<think>97-75=21;21+1=23</think><answer>23</answer>")  # its first step is wrong
+EMPTY = Completion("<think></think><answer>23</answer>")  # no work at all, the same answer
+PADDED = Completion("<think>1+1=2;2+2=4;97-75=21</think><answer>23</answer>")  # ungrounded padding, then wrong
+REPEATED = Completion("<think>" + "97-75=22;" * 5 + "22+1=24</think><answer>23</answer>")  # one step, repeated
+
+
+@pytest.mark.parametrize(
+    ("text", "work"),
+    [
+        (RIGHT.text, (1, 1, True)),
+        (ALL_WRONG.text, (0, 0, False)),
+        (EMPTY.text, (0, 0, False)),
+        (PADDED.text, (0, 0, False)),  # 1+1 and 2+2 use no number of the problem: not work
+        (REPEATED.text, (1, 1, False)),  # the same equation counts once; then 22+1=24 is wrong
+        ("<think>97-75=22;22+97=119;119-75=44</think>", (3, 3, True)),  # a counted step's result is grounded
+        ("<think>97-75=22;22*2=44</think>", (1, 1, True)),  # 2 is not a number of the problem
+        ("<think>97-75=22;22+97=120;120-75=45;97+75=172</think>", (1, 2, False)),  # first error at step 2;
+        # 120-75=45 is right but starts from the wrong step's result, so it is not counted
+    ],
+)
+def test_verified_work_counts_grounded_distinct_steps_up_to_the_first_error(text, work):
+    assert verified_work(text, problem_numbers(SUB)) == work
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "outcome"),
+    [
+        (RIGHT, EMPTY, 1.0),  # correct work beats no work
+        (RIGHT, ALL_WRONG, 1.0),
+        (EMPTY, ALL_WRONG, 0.5),  # no correct work either way, same answer and format: a tie, not a win
+        (EMPTY, PADDED, 0.5),
+        (RIGHT, REPEATED, 1.0),  # the same correct work; REPEATED then errs
+    ],
+)
+def test_an_empty_trace_does_not_beat_wrong_work_and_loses_to_right_work(first, second, outcome):
+    judge = RulePairwiseJudge()
+    assert judge.compare(SUB, first, second) == outcome
+    assert judge.compare(SUB, second, first) == 1.0 - outcome
