@@ -1,0 +1,85 @@
+"""Reward integrity of the code env, round 3 (issue 35, items 5-7).
+
+- A free name of the tests that is a module (mbpp/596 calls ``sys.getsizeof`` without importing ``sys``) is
+  imported by the harness, never taken from the candidate (a fake ``sys`` passed 3/3 before).
+- Multi-turn feedback no longer echoes the candidate's printed output by default (print the inputs in turn 1,
+  read them back with the failing tests' numbers, answer a lookup table in turn 2).
+- Tests shown in the prompt are not graded: a lookup table of them, or a constant, earns nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lrmgym.envs.code.sandbox import Job, entry_points
+
+FAKE_SYS = (
+    "class _Sys:\n"
+    "    @staticmethod\n"
+    "    def getsizeof(x):\n"
+    "        return 7\n"
+    "sys = _Sys()\n"
+    "def tuple_size(t):\n"
+    "    return 7\n"
+)
+
+
+# ------------------------------------------------------------------------------ item 7: modules the tests name
+def test_a_module_name_the_tests_use_is_not_an_entry_point():
+    units = ["assert tuple_size((1, 2)) == sys.getsizeof((1, 2))", "assert math.floor(f(1.5)) == 1"]
+    assert entry_points(units) == ("tuple_size", "f")
+    job = Job(code="", units=tuple({"src": u, "test": True} for u in units))
+    assert job.modules == ("sys", "math")
+
+
+@pytest.mark.parametrize(
+    ("fake", "test"),
+    [
+        (FAKE_SYS, "assert tuple_size((1, 2)) == sys.getsizeof((1, 2))"),
+        (
+            "import types\nmath = types.SimpleNamespace(isclose=lambda *a, **k: True)\ndef square(x):\n    return 0\n",
+            "assert math.isclose(square(3), 9)",
+        ),
+        (
+            "class _J:\n    def loads(self, s):\n        return 0\njson = _J()\ndef square(x):\n    return 0\n",
+            "assert square(3) == json.loads('9')",
+        ),
+    ],
+    ids=["sys", "math", "json"],
+)
+def test_a_fake_module_of_the_candidate_never_reaches_the_tests(auto_pool, fake, test):
+    result = auto_pool.run(Job(code=fake, units=({"src": test, "test": True},)))
+    assert (result.status, result.passed) == ("ok", 0), result
+
+
+def test_the_harness_imported_module_still_lets_an_honest_solution_pass(auto_pool):
+    code = "import sys\ndef tuple_size(t):\n    return sys.getsizeof(t)\n"
+    unit = {"src": "assert tuple_size((1, 2)) == sys.getsizeof((1, 2))", "test": True}
+    result = auto_pool.run(Job(code=code, units=(unit,)))
+    assert result.all_passed, result
+
+
+def test_mbpp_596_with_a_fake_sys_scores_zero(auto_pool, shared_data):
+    from lrmgym.envs.code.env import job_for
+    from lrmgym.envs.code.loaders import load_mbpp
+
+    task = next(t for t in load_mbpp(shared_data / "mbpp" / "mbpp.jsonl") if t.id == "mbpp/596")
+    assert auto_pool.run(job_for(task, task.solution)).all_passed
+    result = auto_pool.run(job_for(task, FAKE_SYS))
+    assert (result.passed, result.total) == (0, 3), result
+
+
+def test_a_name_the_reference_imports_is_imported_for_the_tests_too(tmp_path, auto_pool):
+    from lrmgym.envs.code.env import job_for
+    from lrmgym.envs.code.loaders import load_jsonl
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(
+        '{"prompt": "count", "tests": ["assert count([1, 1]) == Counter({1: 2})"], '
+        '"solution": "from collections import Counter\\ndef count(xs):\\n    return Counter(xs)\\n"}\n'
+    )
+    (task,) = load_jsonl(path)
+    assert auto_pool.run(job_for(task, task.solution)).all_passed
+    fake = "def Counter(*a):\n    return 0\ndef count(xs):\n    return 0\n"
+    result = auto_pool.run(job_for(task, fake))
+    assert (result.status, result.passed) == ("ok", 0), result
