@@ -84,15 +84,18 @@ class CodeConfig(BaseModel):
     """Multi-turn: most characters of failing-test feedback."""
     feedback: Literal["errors_only", "names", "full"] = "errors_only"
     """Multi-turn: what the feedback on failing code reveals. Every mode gives the verdict ('2/7 tests passed', or
-    the program's own top-level exception, a timeout...) and the program's own printed output (its own text: it may
-    echo the inputs it was given, never an expected value, which it never sees). 'errors_only': how many tests
-    failed and, per failing test, its number and the kind of failure only ('wrong answer' for a failed assert,
-    'error: ValueError' for an exception, 'not run (timeout)'...): never a test's source, assertion message or
-    literals, nor a stdio case's stdin or expected stdout. 'names': also, per failing test, its inputs: the call an
-    'assert <call> == <expected>' makes, without the expected side ('has_close_elements([1.0, 2.8], 0.3)'), else
-    only the names the test calls ('math.fabs, poly'); for stdio, the case's stdin. No expected value, though a
-    failing input of a boolean function implies its answer. 'full': the failing tests' source verbatim with their
-    error messages: LEAKS the expected values (a second turn can be a lookup table of them); for debugging only."""
+    the program's own top-level exception, a timeout...). 'errors_only': how many tests failed and, per failing
+    test, its number and the kind of failure only ('wrong answer' for a failed assert, 'error: ValueError' for a
+    builtin exception, 'error: an exception (raised by your code)' for the program's own classes, whose names it
+    chooses, 'not run (timeout)'...): never a test's source, assertion message or literals, a stdio case's stdin or
+    expected stdout, nor the program's printed output (echoed inputs plus per-test pass/fail made a lookup table
+    of the answers). It leaks which test numbers pass, and per test a few bits the program encodes in its choice
+    of builtin exception, but never an input with its expected value. 'names': also, per failing test, its
+    inputs: the call an 'assert <call> == <expected>' makes, without the expected side
+    ('has_close_elements([1.0, 2.8], 0.3)'), else only the names the test calls ('math.fabs, poly'); for stdio,
+    the case's stdin. No expected value, though a failing input of a boolean (or few-valued) function implies
+    its answer. 'full': the failing tests' source verbatim with their error messages and the program's output:
+    LEAKS the expected values (a second turn can be a lookup table of them); for debugging only."""
 
     @model_validator(mode="after")
     def _check_source(self) -> CodeConfig:
@@ -358,7 +361,9 @@ class CodeEnv(TextEnv):
                     else:
                         line += f"; stdin: {loaders.shorten(repr(unit['stdin']))}"
                 lines.append(line)
-            if result.output.strip():
+            if mode == "full" and result.output.strip():
+                # Not in the other modes: the program's own output may echo the inputs it was given, in the
+                # order of the tests, and with the per-test verdicts that is a lookup table of the answers.
                 lines.append("Program output:\n" + result.output.strip())
         lines.append("Fix the code and answer again. " + INSTRUCTIONS[self.config.answer_format])
         text = "\n".join(lines)

@@ -382,9 +382,12 @@ def failure_kind(message: str) -> str:
     """The kind of a failed test from the harness's ``(passed, message)``, without any of the message's text.
 
     ``"AssertionError: ..."`` is ``"wrong answer"``; another exception is ``"error: ValueError"`` (a
-    ``CandidateError`` wrapping the solution's own exception type: ``"error: MyError (raised by your
-    code)"``); ``"setup failed: ..."`` and ``"not run (timeout)"`` keep their kind; ``"wrong output"`` (stdio)
-    stays. Only the part before the first ``:`` is read, and only an identifier is ever shown.
+    ``CandidateError`` wrapping a control-flow builtin the solution raised: ``"error: StopIteration (raised by
+    your code)"``; one of the solution's own exception classes: ``"error: an exception (raised by your
+    code)"``, never its name, which the solution chooses: a class named after the input it got would carry
+    that input back); ``"setup failed: ..."`` and ``"not run (timeout)"`` keep their kind; ``"wrong output"``
+    (stdio) stays. Only the part before the first ``:`` is read, and only a builtin exception's name is ever
+    shown.
     """
     head, _, rest = (message or "").partition(":")
     head = head.strip()
@@ -399,10 +402,15 @@ def failure_kind(message: str) -> str:
         return head
     if head == "CandidateError":
         inner = rest.strip().partition(":")[0].strip()
-        return f"error: {inner if _IDENTIFIER.fullmatch(inner) else 'an exception'} (raised by your code)"
-    if _IDENTIFIER.fullmatch(head):
+        return f"error: {inner if _builtin_exception(inner) else 'an exception'} (raised by your code)"
+    if _builtin_exception(head):
         return f"error: {head}"
     return "failed"
+
+
+def _builtin_exception(name: str) -> bool:
+    value = getattr(builtins, name, None) if _IDENTIFIER.fullmatch(name) else None
+    return isinstance(value, type) and issubclass(value, BaseException)
 
 
 # --------------------------------------------------------------------------------------------------- HumanEval

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lrmgym.envs.code.sandbox import Job, entry_points
@@ -83,3 +85,84 @@ def test_a_name_the_reference_imports_is_imported_for_the_tests_too(tmp_path, au
     fake = "def Counter(*a):\n    return 0\ndef count(xs):\n    return 0\n"
     result = auto_pool.run(job_for(task, fake))
     assert (result.status, result.passed) == ("ok", 0), result
+
+
+# ------------------------------------------------------------------------------ item 6: feedback as a channel
+_PARITY_TESTS = [f"assert is_even({x}) == {x % 2 == 0}" for x in (3, 8, 11, 14, 17, 20, 23)]
+
+
+def _episode(tmp_path, turns, feedback="errors_only"):
+    """Play ``turns`` (each: feedback so far -> code) on a JSONL task; return the rewards per turn."""
+    from lrmgym.envs.code.env import CodeEnv
+
+    path = tmp_path / "parity.jsonl"
+    row = {"id": "parity", "prompt": "Write is_even(x).", "entry_point": "is_even", "tests": _PARITY_TESTS}
+    path.write_text(json.dumps(row) + "\n")
+    env = CodeEnv(source=str(path), max_turns=len(turns), feedback=feedback, timeout_s=5.0, workers=1)
+    try:
+        obs, _ = env.reset(seed=0, options={"index": 0})
+        seen, rewards = [], []
+        for turn in turns:
+            obs, reward, terminated, _, _ = env.step(f"```python\n{turn(seen)}\n```")
+            rewards.append(reward)
+            seen.append(obs)
+            if terminated:
+                break
+        return rewards
+    finally:
+        env.close()
+
+
+def _failed_numbers(text):
+    import re
+
+    return {int(m) for m in re.findall(r"^Test (\d+): wrong answer", text, re.M)}
+
+
+def test_print_then_lookup_over_two_turns_earns_nothing_extra(tmp_path):
+    """Turn 1 prints its arguments and returns True; turn 2 pairs the echoed inputs with the failing tests."""
+    import re
+
+    def turn1(seen):
+        return "def is_even(x):\n    print('ARG', repr(x))\n    return True\n"
+
+    def turn2(seen):
+        args = re.findall(r"^ARG (.+)$", seen[-1], re.M)
+        failed = _failed_numbers(seen[-1])
+        table = {a: (i + 1) not in failed for i, a in enumerate(args)}
+        return f"_T = {table!r}\ndef is_even(x):\n    return _T.get(repr(x), True)\n"
+
+    rewards = _episode(tmp_path, [turn1, turn2])
+    assert rewards[1] <= rewards[0], rewards
+
+
+def test_exception_names_do_not_carry_the_inputs_back(tmp_path):
+    """The sibling channel: turn 1 raises an exception class named after its argument; turn 2 returns True to
+    learn which tests expect True; turn 3 answers from the table."""
+    import re
+
+    def turn1(seen):
+        return "def is_even(x):\n    raise type('ARG_%d' % x, (Exception,), {})()\n"
+
+    def turn2(seen):
+        return "def is_even(x):\n    return True\n"
+
+    def turn3(seen):
+        args = {int(n): int(a) for n, a in re.findall(r"^Test (\d+): error: ARG_(\d+)", seen[0], re.M)}
+        failed = _failed_numbers(seen[1])
+        table = {a: n not in failed for n, a in args.items()}
+        return f"_T = {table!r}\ndef is_even(x):\n    return _T.get(x, True)\n"
+
+    rewards = _episode(tmp_path, [turn1, turn2, turn3])
+    assert rewards[2] <= rewards[1], rewards
+
+
+def test_full_feedback_still_shows_the_program_output(tmp_path):
+    def turn1(seen):
+        return "def is_even(x):\n    print('ARG', repr(x))\n    return True\n"
+
+    def turn2(seen):
+        assert "ARG 3" in seen[-1]
+        return "def is_even(x):\n    return x % 2 == 0\n"
+
+    assert _episode(tmp_path, [turn1, turn2], feedback="full")[-1] == 1.0
