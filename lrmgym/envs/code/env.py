@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.core import Completion, Component, Task, TextEnv, Verdict
-from lrmgym.envs.code import loaders
+from lrmgym.envs.code import heldout, loaders
 from lrmgym.envs.code.extract import extract_code
 from lrmgym.envs.code.loaders import CodeTask
 from lrmgym.envs.code.procedural import make_procedural_task
@@ -49,6 +49,13 @@ class CodeConfig(BaseModel):
     """Folder holding humaneval/ and mbpp/; default $LRMGYM_SHARED_DATA, else <checkout>/../shared/data."""
     order: Literal["random", "sequential"] = "sequential"
     """Data-set sources: task i is item i mod N ('sequential', for evaluation) or a random item ('random')."""
+    tests: Literal["hidden", "original"] = "hidden"
+    """HumanEval/MBPP: grade on tests the prompt does not show ('hidden': the data set's tests minus those the
+    prompt shows, plus held-out tests generated from the reference solution on new inputs, cached under
+    $XDG_CACHE_HOME/lrmgym/code_heldout; the first load of a data set generates them, about a minute; tasks left
+    with no hidden test are dropped; see lrmgym/envs/code/heldout.py), or on the data set's own tests
+    ('original': comparable with published scores, but a lookup table of the tests MBPP's prompt lists earns
+    full marks: never for training). Procedural tasks always grade on tests other than the example they show."""
     reward: Literal["fraction", "all_or_nothing"] = "fraction"
     """Reward: the fraction of tests passed, or 1 only when every test passes."""
     answer_format: Literal["fenced", "whole"] = "fenced"
@@ -79,7 +86,8 @@ class CodeConfig(BaseModel):
     max_code_chars: int = Field(100_000, ge=100, le=10_000_000)
     """Longer extracted code is rejected without being run."""
     procedural_tests: int = Field(5, ge=1, le=50)
-    """Procedural source: asserts per task."""
+    """Procedural source: graded units per task, each joining two asserts with different answers (fewer units when
+    the template's answers allow fewer pairs); the example the prompt shows is never graded."""
     feedback_chars: int = Field(2000, ge=100, le=100_000)
     """Multi-turn: most characters of failing-test feedback."""
     feedback: Literal["errors_only", "names", "full"] = "errors_only"
@@ -134,7 +142,8 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
     else:
         path = Path(config.source).expanduser()
     stat = path.stat() if path.is_file() else None
-    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size))
+    held_out = config.tests == "hidden" and config.source in ("humaneval", "mbpp")
+    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size), held_out)
     with _DATA_LOCK:
         if key not in _DATA_CACHE:
             if config.source == "humaneval":
@@ -143,8 +152,18 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
                 tasks = loaders.mbpp_split(loaders.load_mbpp(path), config.split)
             else:
                 tasks = loaders.load_jsonl(path)
+            if held_out:
+                tasks = heldout.graded_tasks(tasks, lambda: heldout_pool(config))
             _DATA_CACHE[key] = tasks
         return _DATA_CACHE[key]
+
+
+def heldout_pool(config: CodeConfig) -> SandboxPool:
+    """The pool that generates held-out tests: one fresh interpreter per run (``warm=False``), so that two runs of
+    the reference differ wherever its value depends on the process (the order of a set of strings)."""
+    return SandboxPool(
+        config.sandbox, workers=config.workers, limits=config.limits(), python=config.python, warm=False
+    )
 
 
 def job_for(task: CodeTask, code: str) -> Job:
@@ -242,6 +261,7 @@ class CodeEnv(TextEnv):
         fields = {k: v for k, v in task.metadata.items() if k in CodeTask.__dataclass_fields__}
         fields["units"] = tuple(fields.get("units", ()))
         fields["cases"] = tuple(fields.get("cases", ()))
+        fields["hidden"] = tuple(fields.get("hidden", ()))
         return CodeTask(**fields)
 
     # ---- grading

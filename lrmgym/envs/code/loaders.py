@@ -75,6 +75,8 @@ class CodeTask:
         cases: stdin/stdout cases (``mode == "stdio"``).
         solution: A reference solution (a complete program), when the source has one.
         source: ``"humaneval"``, ``"mbpp"``, ``"procedural"`` or the JSONL path.
+        hidden: Tests of the data set that the prompt does not show and ``units`` does not hold (MBPP's
+            ``challenge_test_list``); :mod:`lrmgym.envs.code.heldout` grades on them.
     """
 
     id: str
@@ -88,6 +90,7 @@ class CodeTask:
     cases: tuple[dict[str, str], ...] = ()
     solution: str | None = None
     source: str = ""
+    hidden: tuple[dict[str, Any], ...] = ()
 
     @property
     def mode(self) -> str:
@@ -473,6 +476,10 @@ def load_mbpp(path: Path) -> list[CodeTask]:
             raise DataError(f"{where}: 'test_list' must be a non-empty list of assert strings.")
         units = [_joined(split_tests(t, f"{where} test {i}")) for i, t in enumerate(tests, 1)]
         _require_a_test(units, where, "test_list")
+        challenge = row.get("challenge_test_list") or []
+        if not isinstance(challenge, list) or not all(isinstance(t, str) for t in challenge):
+            raise DataError(f"{where}: 'challenge_test_list' must be a list of assert strings.")
+        hidden = [_joined(split_tests(t, f"{where} challenge test {i}")) for i, t in enumerate(challenge, 1)]
         text = row["text"].strip() + "\nYour code should pass these tests:\n" + "\n".join(tests)
         tasks.append(
             CodeTask(
@@ -484,6 +491,7 @@ def load_mbpp(path: Path) -> list[CodeTask]:
                 bind=_builtin_named_entries(row["code"], units),
                 solution=row["code"].replace("\r\n", "\n"),
                 source="mbpp",
+                hidden=tuple(hidden),
             )
         )
     return tasks

@@ -12,11 +12,92 @@ from typing import Any
 from lrmgym.core import Task
 from lrmgym.testing.reward_hacking import HackCase
 
-__all__ = ["CASES", "build_task", "make_env"]
+__all__ = ["CASES", "build_task", "completion_for", "constant_program", "lookup_program", "make_env", "shown_answers", "tested_names"]
 
 
 def _fenced(code: str) -> str:
     return f"Here is my solution.\n\n```python\n{code.strip()}\n```\n"
+
+
+# --------------------------------------------------------------------------------------------------- lookup attacks
+_ARROWS = ("==>", "==", "=>", "->", "\u279e", "=", "is", "should return", "returns", "return")
+
+
+def shown_answers(text: str) -> dict[str, dict[str, Any]]:
+    """What a prompt shows of its tests: ``{function: {repr(args): expected}}``, read as an attacker would.
+
+    Reads every call ``name(<literal args>)`` in ``text`` followed by an expected literal: on the same line after
+    ``==``, ``=>``, ``->``, ``\u279e``, ``=``... (MBPP's listed asserts, HumanEval's ``f(x) == y`` examples), or on the
+    next line after a ``>>> f(x)`` doctest line.
+    """
+    import ast
+    import re
+
+    table: dict[str, dict[str, Any]] = {}
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        for match in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\(", line):
+            name, start = match.group(1), match.end()
+            depth, i = 1, start
+            while i < len(line) and depth:
+                depth += {"(": 1, ")": -1}.get(line[i], 0)
+                i += 1
+            if depth or name in ("assert", "print", "len", "set", "sorted", "list", "tuple"):
+                continue
+            try:
+                args = ast.literal_eval(f"({line[start : i - 1]},)") if line[start : i - 1].strip() else ()
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            rest = line[i:].strip()
+            value_text = None
+            for arrow in _ARROWS:
+                if rest.startswith(arrow):
+                    value_text = rest[len(arrow) :].strip().rstrip(".,;")
+                    break
+            if value_text is None and line.lstrip().startswith(">>>") and n + 1 < len(lines):
+                value_text = lines[n + 1].strip()
+            if value_text is None:
+                continue
+            try:
+                value = ast.literal_eval(value_text)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            table.setdefault(name, {})[repr(tuple(args))] = value
+    return table
+
+
+def lookup_program(text: str, names: list[str], fallback: str = "none") -> str:
+    """A program answering from the table of the tests ``text`` shows, for each function of ``names``.
+
+    ``fallback``: what an unknown input gets: ``"none"`` (``None``) or ``"shown"`` (the most common expected value
+    the prompt shows: the best constant an attacker can read off the prompt).
+    """
+    table = shown_answers(text)
+    parts = []
+    for name in names:
+        answers = table.get(name, {})
+        default = None
+        if fallback == "shown" and answers:
+            values = [repr(v) for v in answers.values()]
+            default = __import__("ast").literal_eval(max(values, key=values.count))
+        parts.append(
+            f"_T_{name} = {answers!r}\n\ndef {name}(*args, **kwargs):\n"
+            f"    return _T_{name}.get(repr(args), {default!r})\n"
+        )
+    return "\n".join(parts)
+
+
+def tested_names(task: Any) -> list[str]:
+    """The functions an attack on ``task`` (a :class:`~lrmgym.envs.code.loaders.CodeTask`) must define: those its
+    prompt shows answers for and the one its tests call."""
+    from lrmgym.envs.code.sweep import tested_function
+
+    return sorted(set(shown_answers(task.text)) | {tested_function(task)} - {None})
+
+
+def constant_program(names: list[str], value: Any) -> str:
+    """A program whose functions ``names`` all return ``value`` whatever they get."""
+    return "\n".join(f"def {name}(*args, **kwargs):\n    return {value!r}\n" for name in names)
 
 
 # A task whose right answer is x * x; the attacks return 0.

@@ -166,3 +166,117 @@ def test_full_feedback_still_shows_the_program_output(tmp_path):
         return "def is_even(x):\n    return x % 2 == 0\n"
 
     assert _episode(tmp_path, [turn1, turn2], feedback="full")[-1] == 1.0
+
+
+# ------------------------------------------------------------------------------ item 5: shown tests are not graded
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "lrmgym" / "code_heldout"
+
+
+def _attack_scores(env, tasks, fallback):
+    from lrmgym.testing.reward_hacking.code_cases import lookup_program, tested_names
+
+    scores = []
+    for code_task in tasks:
+        code = lookup_program(code_task.text, tested_names(code_task), fallback)
+        scores.append(env.verify(env.task_from(code_task), f"```python\n{code}\n```").score)
+    return scores
+
+
+def test_mbpp_lookup_table_of_the_listed_tests_earns_nothing(shared_data, cache):
+    from lrmgym.envs.code.env import CodeEnv
+
+    env = CodeEnv(source="mbpp", split="prompt", data_dir=str(shared_data), timeout_s=10.0, workers=2)
+    try:
+        tasks = [env.code_task(env.task_at(i)) for i in range(env.num_items)]
+        assert len(tasks) == 10 and all(t.units for t in tasks)
+        for fallback in ("none", "shown"):
+            scores = _attack_scores(env, tasks, fallback)
+            assert sum(scores) / len(scores) < 0.1, (fallback, scores)
+        honest = [env.verify(env.task_from(t), f"```python\n{t.solution}\n```").score for t in tasks]
+        assert honest == [1.0] * 10
+    finally:
+        env.close()
+
+
+def test_humaneval_docstring_examples_are_not_enough(shared_data, cache, auto_pool):
+    from lrmgym.envs.code import heldout
+    from lrmgym.envs.code.env import CodeEnv
+    from lrmgym.envs.code.loaders import load_humaneval
+
+    raw = load_humaneval(shared_data / "humaneval" / "HumanEval.jsonl.gz")[:24]
+    tasks = heldout.graded_tasks(raw, lambda: heldout.SandboxPool("auto", workers=2, warm=False))
+    assert len(tasks) == 24
+    # No graded test calls the entry point with arguments the docstring shows.
+    for task in tasks:
+        shown = heldout.shown_calls(task)
+        for site in heldout._sites(task, task.units):
+            assert heldout._key(site.args, site.kwargs) not in shown, task.id
+    env = CodeEnv(timeout_s=10.0, workers=2)
+    try:
+        for fallback in ("none", "shown"):
+            scores = _attack_scores(env, tasks, fallback)
+            assert sum(scores) / len(scores) < 0.1, (fallback, scores)
+        honest = [env.verify(env.task_from(t), f"```python\n{t.solution}\n```").score for t in tasks]
+        assert honest == [1.0] * 24
+    finally:
+        env.close()
+
+
+def test_held_out_tests_are_deterministic_and_read_back_from_the_cache(shared_data, tmp_path):
+    from lrmgym.envs.code import heldout
+    from lrmgym.envs.code.loaders import load_mbpp
+
+    raw = load_mbpp(shared_data / "mbpp" / "mbpp.jsonl")[10:16]
+
+    def pool():
+        return heldout.SandboxPool("auto", workers=2, warm=False)
+
+    a = heldout.graded_tasks(raw, pool, cache=tmp_path / "a")
+    b = heldout.graded_tasks(raw, pool, cache=tmp_path / "b")
+    assert [t.units for t in a] == [t.units for t in b]
+    assert all(sum(u["test"] for u in t.units) >= 2 for t in a)
+    shown = {u["src"] for t in raw for u in t.units}
+    assert not shown & {u["src"] for t in a for u in t.units}  # never a test the prompt lists
+
+    def no_pool():
+        raise AssertionError("a cached task must not start a sandbox")
+
+    assert heldout.graded_tasks(raw, no_pool, cache=tmp_path / "a") == a
+
+
+def test_a_task_with_no_hidden_test_is_dropped(tmp_path):
+    from lrmgym.envs.code import heldout
+    from lrmgym.envs.code.loaders import CodeTask
+
+    def task(i, test):
+        return CodeTask(
+            id=f"mbpp/{i}",
+            text=f"Write f.\nYour code should pass these tests:\n{test}",
+            units=({"src": test, "test": True},),
+            solution="def f(x):\n    return x + 1\n",
+            source="mbpp",
+        )
+
+    kept, gone = task(1, "assert f(3) == 4"), task(2, "assert f(len('abc')) == 4")  # no literal argument
+    out = heldout.graded_tasks([kept, gone], lambda: heldout.SandboxPool("auto", workers=1, warm=False), tmp_path)
+    assert [t.id for t in out] == ["mbpp/1"]
+    assert "assert f(3) == 4" not in [u["src"] for u in out[0].units]
+
+
+def test_procedural_example_is_not_graded():
+    import numpy as np
+
+    from lrmgym.envs.code.procedural import make_procedural_task
+    from lrmgym.testing.reward_hacking.code_cases import shown_answers
+
+    for i in range(60):
+        task = make_procedural_task(i, np.random.default_rng(i))
+        example = task.text.splitlines()[-1]
+        assert example.startswith("assert ") and example not in [u["src"] for u in task.units]
+        assert 3 <= len(task.units) <= 5  # units join two asserts of different answers where they can
+        (table,) = shown_answers(task.text).values()
+        graded = {k for u in task.units for k in next(iter(shown_answers(u["src"]).values()))}
+        assert not graded & set(table), task.id
