@@ -159,11 +159,11 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
 
 
 def heldout_pool(config: CodeConfig) -> SandboxPool:
-    """The pool that generates held-out tests: one fresh interpreter per run (``warm=False``), so that two runs of
-    the reference differ wherever its value depends on the process (the order of a set of strings)."""
-    return SandboxPool(
-        config.sandbox, workers=config.workers, limits=config.limits(), python=config.python, warm=False
-    )
+    """The pool that generates held-out tests: one fresh interpreter per run (``warm=False``).
+
+    So two runs of the reference differ wherever its value depends on the process (the order of a set of strings).
+    """
+    return SandboxPool(config.sandbox, workers=config.workers, limits=config.limits(), python=config.python, warm=False)
 
 
 def job_for(task: CodeTask, code: str) -> Job:

@@ -326,7 +326,7 @@ class _Replace(ast.NodeTransformer):
 
 
 # --------------------------------------------------------------------------------------------------- driver
-_DRIVER = '''
+_DRIVER = """
 
 def _lrm_heldout(exprs, bind, prelude, limit, mark, max_repr):
     import ast, io, signal, sys
@@ -372,7 +372,7 @@ def _lrm_heldout(exprs, bind, prelude, limit, mark, max_repr):
             pass
         sys.stdout = io.StringIO()
     out.flush()
-'''
+"""
 
 
 def _driver_program(task: CodeTask, exprs: list[tuple[str, bool]]) -> str:
@@ -419,8 +419,11 @@ def shown_calls(task: CodeTask) -> set[str]:
 
 
 def _split_shown(task: CodeTask) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(shown, hidden)`` original tests: MBPP's prompt shows every test of ``units``; HumanEval's shows those
-    whose call is written in the docstring. Setup units stay with the hidden ones, in order."""
+    """``(shown, hidden)`` original tests.
+
+    MBPP's prompt shows every test of ``units``; HumanEval's shows those whose call is written in the docstring.
+    Setup units stay with the hidden ones, in order.
+    """
     if task.source == "mbpp":
         return list(task.units), list(task.hidden)
     calls = shown_calls(task)
@@ -534,8 +537,10 @@ def _generate(tasks: list[CodeTask], pool: SandboxPool) -> list[Generated]:
 
 
 def _expected_key(task: CodeTask, unit: dict[str, Any]) -> str | None:
-    """The expected value of an original test of shape ``assert <call> == <literal>`` (or a truth assert), as a
-    repr; ``None`` when the unit is setup or of any other shape."""
+    """The repr of the expected value of an original test ``assert <call> == <literal>`` (or a truth assert).
+
+    ``None`` when the unit is setup or of any other shape.
+    """
     if not unit["test"]:
         return None
     tree = parse_quietly(unit["src"])
@@ -561,25 +566,30 @@ def _canon(v: Any) -> Any:
     if type(v) in (list, tuple):
         return (type(v).__name__, tuple(_canon(x) for x in v))
     if type(v) in (set, frozenset):
-        return ("set", tuple(sorted((repr(_canon(x)) for x in v))))
+        return ("set", tuple(sorted(repr(_canon(x)) for x in v)))
     if type(v) is dict:
         return ("dict", tuple(sorted((repr(_canon(k)), repr(_canon(x))) for k, x in v.items())))
     return v
 
 
 def _bundle(kept: list[tuple[dict[str, Any], str | None]]) -> list[dict[str, Any]]:
-    """The graded units of a task's kept tests (see :func:`bundle`); with any setup unit among them the order
-    matters and nothing is joined."""
+    """The graded units of a task's kept tests (see :func:`bundle`).
+
+    With any setup unit among them the order matters and nothing is joined.
+    """
     if any(not u["test"] for u, _ in kept):
         return [{"src": u["src"], "test": u["test"]} for u, _ in kept]
     return [{"src": src, "test": True} for src in bundle([(u["src"], key) for u, key in kept])]
 
 
 def bundle(tests: Sequence[tuple[str, str | None]]) -> list[str]:
-    """Join tests ``(source, repr of its expected value or None)`` into graded units of two tests whose expected
-    values differ (by ``==``: ``True``, ``1`` and ``1.0`` are one value), so that an answer that ignores its input,
-    such as a constant, passes none of them. Tests of unknown value stay one per unit; the tests left over when
-    only one value remains join the pairs in turn (or stay single when there is no pair)."""
+    """Join tests ``(source, repr of its expected value or None)`` into graded units of two different answers.
+
+    Two tests per unit whose expected values differ (by ``==``: ``True``, ``1`` and ``1.0`` are one value), so that
+    an answer that ignores its input, such as a constant, passes none of them. Tests of unknown value stay one per
+    unit; the tests left over when only one value remains join the pairs in turn (or stay single when there is no
+    pair).
+    """
     groups: dict[str, list[str]] = {}
     singles: list[str] = []
     for src, key in tests:
@@ -616,9 +626,11 @@ def _has_float(v: Any) -> bool:
 
 
 def spread(items: Sequence[T], n: int, value: Callable[[T], Hashable]) -> list[T]:
-    """Up to ``n`` of ``items``, spread over as many distinct ``value(item)`` as possible (round-robin over the
-    values in order of first appearance), returned in their original order: a constant answer then passes as
-    few of them as the values allow."""
+    """Up to ``n`` of ``items``, spread over as many distinct ``value(item)`` as possible, in their original order.
+
+    Round-robin over the values in order of first appearance: a constant answer then passes as few of them as the
+    values allow.
+    """
     groups: dict[Hashable, list[int]] = {}
     for i, item in enumerate(items):
         groups.setdefault(value(item), []).append(i)

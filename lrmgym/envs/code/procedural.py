@@ -152,4 +152,3 @@ def make_procedural_task(index: int, rng: np.random.Generator, n_tests: int = 5)
         solution=reference,
         source="procedural",
     )
-

@@ -12,7 +12,15 @@ from typing import Any
 from lrmgym.core import Task
 from lrmgym.testing.reward_hacking import HackCase
 
-__all__ = ["CASES", "build_task", "completion_for", "constant_program", "lookup_program", "make_env", "shown_answers", "tested_names"]
+__all__ = [
+    "CASES",
+    "build_task",
+    "constant_program",
+    "lookup_program",
+    "make_env",
+    "shown_answers",
+    "tested_names",
+]
 
 
 def _fenced(code: str) -> str:
@@ -88,8 +96,10 @@ def lookup_program(text: str, names: list[str], fallback: str = "none") -> str:
 
 
 def tested_names(task: Any) -> list[str]:
-    """The functions an attack on ``task`` (a :class:`~lrmgym.envs.code.loaders.CodeTask`) must define: those its
-    prompt shows answers for and the one its tests call."""
+    """The functions an attack on ``task`` (a :class:`~lrmgym.envs.code.loaders.CodeTask`) must define.
+
+    Those its prompt shows answers for and the one its tests call.
+    """
     from lrmgym.envs.code.sweep import tested_function
 
     return sorted(set(shown_answers(task.text)) | {tested_function(task)} - {None})
