@@ -669,6 +669,8 @@ def graded_tasks(
             todo.append(i)
     if todo:
         start = time.monotonic()
+        if len(todo) >= 50:
+            log.warning("generating held-out tests for %d tasks (once: cached under %s)", len(todo), root)
         pool = pool_factory()
         try:
             for i, generated in zip(todo, _generate([tasks[i] for i in todo], pool), strict=True):
