@@ -55,7 +55,8 @@ class CodeConfig(BaseModel):
     $XDG_CACHE_HOME/lrmgym/code_heldout; the first load of a data set generates them, about a minute; tasks left
     with no hidden test are dropped; see lrmgym/envs/code/heldout.py), or on the data set's own tests
     ('original': comparable with published scores, but a lookup table of the tests MBPP's prompt lists earns
-    full marks: never for training). Procedural tasks always grade on tests other than the example they show."""
+    full marks: never for training). Procedural tasks always grade on tests other than the example they show;
+    JSONL tasks on their tests as given (keep the tests you grade on out of their prompt)."""
     reward: Literal["fraction", "all_or_nothing"] = "fraction"
     """Reward: the fraction of tests passed, or 1 only when every test passes."""
     answer_format: Literal["fenced", "whole"] = "fenced"
@@ -185,8 +186,11 @@ class CodeEnv(TextEnv):
     run in a fresh isolated process tree (:mod:`lrmgym.envs.code.sandbox`), and graded by a harness the
     candidate cannot forge (:mod:`lrmgym.envs.code.harness`). Reward: the fraction of tests passed, or all
     or nothing. A format failure scores 0 with ``format_ok=False``; a sandbox that fails to start is
-    ungradeable (``score=None``). With ``max_turns > 1``, failing code gets feedback on what failed (by default
-    only the kind of each failure, never a test's expected value: see ``CodeConfig.feedback``).
+    ungradeable (``score=None``). The tests graded are never those the prompt shows (``CodeConfig.tests``,
+    :mod:`lrmgym.envs.code.heldout`), so a lookup table of the shown examples or a constant earns nothing. With
+    ``max_turns > 1``, failing code gets feedback on what failed (by default only the kind of each failure: never a
+    test's input or expected value, nor the program's own output, which could echo the inputs; see
+    ``CodeConfig.feedback`` for what each mode leaks).
 
     Task metadata holds the :class:`~lrmgym.envs.code.loaders.CodeTask` fields (``units``, ``prelude``,
     ``entry_point``, ``solution``...), so a task is self-contained once built.
