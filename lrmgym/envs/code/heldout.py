@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import operator
 import os
 import re
 import tempfile
@@ -61,7 +62,7 @@ __all__ = [
 log = logging.getLogger("lrmgym.code.heldout")
 T = TypeVar("T")
 
-GENERATOR = 1
+GENERATOR = 2
 """Version of the generation recipe; part of the cache key (bump it when the recipe changes)."""
 HELDOUT_TESTS = 8
 """Most generated tests per task."""
@@ -75,7 +76,7 @@ _CLOSE_SRC = f'''
 def {_CLOSE}(a, b):
     """Equality that lets floats differ in their last digits (generated tests only)."""
     if type(b) is float:
-        return type(a) in (int, float) and abs(a - b) <= 1e-6 * max(1.0, abs(b))
+        return type(a) in (int, float) and abs(a - b) <= 1e-9 + 1e-6 * abs(b)
     if type(b) in (list, tuple):
         return type(a) is type(b) and len(a) == len(b) and all({_CLOSE}(x, y) for x, y in zip(a, b))
     if type(b) is dict:
@@ -120,10 +121,39 @@ def _solution_names(task: CodeTask) -> set[str]:
 
 
 def _literal(node: ast.expr) -> tuple[bool, Any]:
+    """``(True, value)`` for a literal, or arithmetic on number literals (``1.0/3``); else ``(False, None)``."""
     try:
         return True, ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return True, _arithmetic(node)
+    except (ValueError, TypeError, ArithmeticError, RecursionError):
         return False, None
+
+
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+
+
+def _arithmetic(node: ast.expr) -> int | float:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _arithmetic(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _arithmetic(node.left), _arithmetic(node.right)
+        if max(abs(left), abs(right)) > 1e18:
+            raise ValueError("too large")
+        return _ARITHMETIC[type(node.op)](left, right)
+    raise ValueError("not arithmetic on number literals")
 
 
 def _sites(task: CodeTask, units: Sequence[dict[str, Any]]) -> list[_Site]:
@@ -352,6 +382,21 @@ def _lrm_heldout(exprs, bind, prelude, limit, mark, max_repr):
             return False
         return a == b
 
+    def plain(v, depth=0):
+        # A subclass of a builtin type (Counter, OrderedDict, defaultdict, a namedtuple, an IntEnum) as its base
+        # value: the candidate's value compares equal to it exactly when it does to the subclass.
+        if depth > 50 or type(v) in (bool, type(None)):
+            return v
+        for base in (int, float, complex, str, bytes):
+            if isinstance(v, base):
+                return base(v) if type(v) is not base else v
+        if isinstance(v, dict):
+            return {plain(k, depth + 1): plain(x, depth + 1) for k, x in v.items()}
+        for base in (list, tuple, set, frozenset):
+            if isinstance(v, base):
+                return base(plain(x, depth + 1) for x in v)
+        return v
+
     def alarm(*args):
         raise TimeoutError("held-out input over its time limit")
 
@@ -361,8 +406,7 @@ def _lrm_heldout(exprs, bind, prelude, limit, mark, max_repr):
             signal.setitimer(signal.ITIMER_REAL, limit)
             try:
                 value = eval(src, g)
-                if truth:
-                    value = bool(value)
+                value = bool(value) if truth else plain(value)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             text = repr(value)

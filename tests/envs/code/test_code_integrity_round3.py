@@ -280,3 +280,33 @@ def test_procedural_example_is_not_graded():
         (table,) = shown_answers(task.text).values()
         graded = {k for u in task.units for k in next(iter(shown_answers(u["src"]).values()))}
         assert not graded & set(table), task.id
+
+
+def test_bundle_joins_different_answers_so_a_constant_passes_no_unit():
+    from lrmgym.envs.code.heldout import bundle
+
+    tests = [("t1", "True"), ("t2", "1"), ("t3", "False"), ("t4", "True"), ("t5", None), ("t6", "1.0")]
+    units = bundle(tests)
+    # True, 1 and 1.0 are one answer for ==: four tests of it, one False; t5's answer is unknown.
+    assert units[0] == "t5"
+    assert all("t3" in u or u == "t5" for u in units) and len(units) == 2
+    assert bundle([("a", "0"), ("b", "0")]) == ["a", "b"]  # one answer only: nothing to pair
+
+
+def test_held_out_inputs_from_arithmetic_literals_and_subclass_results(tmp_path):
+    from lrmgym.envs.code import heldout
+    from lrmgym.envs.code.loaders import CodeTask
+
+    task = CodeTask(
+        id="mbpp/hack-counter",
+        text="t",
+        units=(
+            {"src": "assert count([1, 1, 2], 1.0/2) == {1: 2, 2: 1}", "test": True},
+            {"src": "assert count([3], 2/3) == {3: 1}", "test": True},
+        ),
+        solution="from collections import Counter\ndef count(xs, w):\n    return Counter(xs)\n",
+        source="mbpp",
+    )
+    (out,) = heldout.graded_tasks([task], lambda: heldout.SandboxPool("auto", workers=1, warm=False), tmp_path)
+    assert sum(u["src"].count("assert ") for u in out.units) >= 4
+    assert "Counter(" not in "".join(u["src"] for u in out.units)  # a Counter result is checked as its dict
