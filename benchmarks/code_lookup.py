@@ -166,6 +166,7 @@ def main() -> None:
             results[name] = graded
             lines += table(name, graded)
             sweeps[name] = {v: sweep(pool, tasks, v) for v in VARIANTS}
+            sweeps[name]["original"] = sweep(pool, raw[name], "canonical")
             print(f"{name}: graded", file=sys.stderr)
         graded = grade(pool, procedural_pairs(args.procedural))
         results["procedural"] = graded
@@ -177,19 +178,22 @@ def main() -> None:
         "### Reference solutions on the held-out tests",
         "",
         "| data set | tasks kept | dropped (no hidden test) | canonical passes all | `pass` variant passes | "
-        "wrong-return variant passes | generation (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "wrong-return variant passes | canonical on the original tests | generation (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, reports in sweeps.items():
         kept = len(graded_sets[name])
         lines.append(
             f"| {name} | {kept} | {len(raw[name]) - kept} | {reports['canonical'].all_passed}/{kept} | "
-            f"{reports['pass'].all_passed} | {reports['wrong'].all_passed} | {generation[name]:.1f} |"
+            f"{reports['pass'].all_passed} | {reports['wrong'].all_passed} | "
+            f"{reports['original'].all_passed}/{len(raw[name])} | {generation[name]:.1f} |"
         )
         results[f"{name}_sweep"] = {
             v: {"all_passed": r.all_passed, "tasks": r.tasks, "failing": r.failing_ids[:20] if v == "canonical" else []}
             for v, r in reports.items()
         }
+    dropped = sorted({t.id for ts in raw.values() for t in ts} - {t.id for ts in graded_sets.values() for t in ts})
+    lines += ["", f"Dropped tasks (no hidden test could be generated or kept): {', '.join(dropped) or 'none'}."]
     tests = {name: [sum(1 for u in t.units if u["test"]) for t in ts] for name, ts in graded_sets.items()}
     lines += [
         "",
