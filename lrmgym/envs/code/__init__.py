@@ -2,8 +2,9 @@
 
 Modules: :mod:`~lrmgym.envs.code.env` (the env), :mod:`~lrmgym.envs.code.sandbox` (isolation and the
 pool), :mod:`~lrmgym.envs.code.harness` (the in-sandbox grader the candidate cannot forge),
-:mod:`~lrmgym.envs.code.loaders` (HumanEval, MBPP, JSONL), :mod:`~lrmgym.envs.code.procedural` (generated
-tasks), :mod:`~lrmgym.envs.code.extract` (code extraction).
+:mod:`~lrmgym.envs.code.loaders` (HumanEval, MBPP, JSONL), :mod:`~lrmgym.envs.code.heldout` (the tests graded
+instead of those the prompt shows), :mod:`~lrmgym.envs.code.procedural` (generated tasks),
+:mod:`~lrmgym.envs.code.extract` (code extraction).
 
 What a candidate program can and cannot reach
 =============================================
