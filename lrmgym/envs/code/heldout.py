@@ -62,7 +62,7 @@ __all__ = [
 log = logging.getLogger("lrmgym.code.heldout")
 T = TypeVar("T")
 
-GENERATOR = 2
+GENERATOR = 3
 """Version of the generation recipe; part of the cache key (bump it when the recipe changes)."""
 HELDOUT_TESTS = 8
 """Most generated tests per task."""
@@ -539,7 +539,7 @@ def _generate(tasks: list[CodeTask], pool: SandboxPool) -> list[Generated]:
         if cands:
             first, second = next(outputs)
             a, b = _values(first.output), _values(second.output)
-            kept = [(cands[i], a[i]) for i in sorted(a) if b.get(i) == a[i]]
+            kept = [(cands[i], a[i]) for i in sorted(a) if i in b and _same_value(a[i], b[i])]
             for (site, src), value in spread(kept, HELDOUT_TESTS, lambda item: item[1]):
                 if site.truth:
                     test = f"assert {src}" if value == "True" else f"assert not {src}"
@@ -601,6 +601,11 @@ def _expected_key(task: CodeTask, unit: dict[str, Any]) -> str | None:
     other = test.comparators[0] if ast.dump(test.left) == tested else test.left
     ok, value = _literal(other)
     return repr(value) if ok else None
+
+
+def _same_value(a: str, b: str) -> bool:
+    """Whether two reprs of a value are one value for ``==`` (a set of strings prints in a per-process order)."""
+    return a == b or repr(_canon(ast.literal_eval(a))) == repr(_canon(ast.literal_eval(b)))
 
 
 def _canon(v: Any) -> Any:
