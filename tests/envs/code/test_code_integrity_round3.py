@@ -310,3 +310,28 @@ def test_held_out_inputs_from_arithmetic_literals_and_subclass_results(tmp_path)
     (out,) = heldout.graded_tasks([task], lambda: heldout.SandboxPool("auto", workers=1, warm=False), tmp_path)
     assert sum(u["src"].count("assert ") for u in out.units) >= 4
     assert "Counter(" not in "".join(u["src"] for u in out.units)  # a Counter result is checked as its dict
+
+
+def test_a_stdio_program_echoing_its_stdin_is_not_echoed_back(auto_pool):
+    """The stdio sibling: a program that prints its case's stdin would read every case's input in the feedback."""
+    from lrmgym.core import Completion
+    from lrmgym.envs.code.env import CodeEnv, job_for
+    from lrmgym.envs.code.loaders import CodeTask
+
+    code_task = CodeTask(
+        id="hack/stdio-echo",
+        text="Read n and print n * n.",
+        cases=({"stdin": "12345\n", "stdout": "152399025\n"}, {"stdin": "678\n", "stdout": "459684\n"}),
+    )
+    code = "import sys\nprint('ECHO', sys.stdin.read().strip())\n"
+    result = auto_pool.run(job_for(code_task, code))
+    for mode in ("errors_only", "names", "full"):
+        env = CodeEnv(feedback=mode)
+        try:
+            task = env.task_from(code_task)
+            verdict = env._verdict(task, code, result)
+            text = env.feedback(task, Completion(f"```python\n{code}\n```"), verdict, 1)
+        finally:
+            env.close()
+        assert ("ECHO 12345" in text) == (mode == "full"), (mode, text)
+        assert ("12345" in text) == (mode != "errors_only"), (mode, text)  # names shows each failing stdin
