@@ -11,8 +11,13 @@ as examples, so a program that looks its answers up in a table of the shown call
   type kept), whose expected values come from running the **reference solution in the sandbox**. An input is
   dropped when the reference raises on it, runs past :data:`CALL_LIMIT_S`, returns a value that is not a plain
   literal, or returns a different value in a second run (a fresh process: set order of strings differs);
-  the inputs kept are picked for distinct expected values, so a constant answer passes as few as possible.
-  A last run grades the reference itself on the result and drops any hidden test it fails.
+  the inputs kept are picked for distinct expected values (:func:`spread`). A last run grades the reference
+  itself on the result and drops any hidden test it fails.
+
+The tests are then joined in twos whose expected values differ (:func:`bundle`), one graded unit each, so that an
+answer that ignores its input (a constant, a table of the shown tests with a default) passes none of them: on a
+boolean task a constant would otherwise pass about half of the tests. ``benchmarks/code_lookup.py`` measures
+what such answers earn before and after (``benchmarks/results/code_lookup.md``).
 
 Generation is deterministic (the inputs are drawn from a generator seeded by a hash of the task) and runs
 once per task: the tests are cached under ``$XDG_CACHE_HOME/lrmgym/code_heldout/`` (default ``~/.cache``), one
