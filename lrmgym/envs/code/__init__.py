@@ -2,8 +2,9 @@
 
 Modules: :mod:`~lrmgym.envs.code.env` (the env), :mod:`~lrmgym.envs.code.sandbox` (isolation and the
 pool), :mod:`~lrmgym.envs.code.harness` (the in-sandbox grader the candidate cannot forge),
-:mod:`~lrmgym.envs.code.loaders` (HumanEval, MBPP, JSONL), :mod:`~lrmgym.envs.code.procedural` (generated
-tasks), :mod:`~lrmgym.envs.code.extract` (code extraction).
+:mod:`~lrmgym.envs.code.loaders` (HumanEval, MBPP, JSONL), :mod:`~lrmgym.envs.code.heldout` (the tests graded
+instead of those the prompt shows), :mod:`~lrmgym.envs.code.procedural` (generated tasks),
+:mod:`~lrmgym.envs.code.extract` (code extraction).
 
 What a candidate program can and cannot reach
 =============================================
@@ -20,7 +21,7 @@ wall-clock deadline enforced from outside (SIGKILL of the whole tree).
 **It can reach:** its own program text; for call-mode tasks, the *inputs* the tests pass to its entry
 points, one call at a time; for stdio tasks, its own case's stdin; a size-capped private tmpfs work dir
 (bubblewrap) or private ``/tmp`` (unshare fallback); CPU and memory up to its limits; its own output,
-which the grader keeps up to the output cap and may show back in multi-turn feedback.
+which the grader keeps up to the output cap and shows back in multi-turn feedback only with ``feedback=full``.
 
 **It cannot reach, and why:**
 
@@ -35,9 +36,13 @@ which the grader keeps up to the output cap and may show back in multi-turn feed
   held them. Asserts run in the harness process ``H``, which ``C`` cannot ptrace or read
   (``PR_SET_DUMPABLE`` 0). In stdio mode expected outputs never enter the sandbox at all (the parent
   compares), and each case's ``C`` is forked by a zygote that never read a case. Multi-turn feedback by
-  default reports failure kinds only (``feedback=errors_only``; see :class:`~lrmgym.envs.code.env.CodeConfig`).
+  default reports failure kinds only (``feedback=errors_only``; see :class:`~lrmgym.envs.code.env.CodeConfig`),
+  never the program's own output (echoed inputs plus per-test verdicts are a lookup table).
+- *The tests the prompt shows*: a HumanEval/MBPP/procedural prompt shows examples; the env grades on tests it
+  does not show (:mod:`~lrmgym.envs.code.heldout`), so a lookup table of the shown ones earns nothing.
 - *The grader's code or namespace*: ``H`` decodes only plain builtin data from ``C`` (every other object,
-  modules included, stays an opaque handle; ``H`` imports nothing ``C`` named), imports lazily only from
+  modules included, stays an opaque handle; ``H`` imports nothing ``C`` named, and itself imports the modules
+  the tests name, so a fake ``sys`` of ``C`` never reaches them), imports lazily only from
   folders ``C`` cannot write, and runs the tests in a namespace of its own builtins, the trusted prelude
   and only the candidate's entry points, so defining ``abs``, ``sorted`` or a prompt helper changes
   nothing an assert computes. Exceptions rebuilt from ``C`` never carry control flow (``StopIteration``),

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.core import Completion, Component, Task, TextEnv, Verdict
-from lrmgym.envs.code import loaders
+from lrmgym.envs.code import heldout, loaders
 from lrmgym.envs.code.extract import extract_code
 from lrmgym.envs.code.loaders import CodeTask
 from lrmgym.envs.code.procedural import make_procedural_task
@@ -49,6 +49,15 @@ class CodeConfig(BaseModel):
     """Folder holding humaneval/ and mbpp/; default $LRMGYM_SHARED_DATA, else <checkout>/../shared/data."""
     order: Literal["random", "sequential"] = "sequential"
     """Data-set sources: task i is item i mod N ('sequential', for evaluation) or a random item ('random')."""
+    tests: Literal["hidden", "original"] = "hidden"
+    """HumanEval/MBPP: grade on tests the prompt does not show ('hidden': the data set's tests minus those the
+    prompt shows, plus held-out tests generated from the reference solution on new inputs, cached under
+    $XDG_CACHE_HOME/lrmgym/code_heldout; the first load of a data set generates them: 46 s for HumanEval, 171 s
+    for MBPP on 2 busy cores; tasks left with no hidden test are dropped; see lrmgym/envs/code/heldout.py), or on
+    the data set's own tests
+    ('original': comparable with published scores, but a lookup table of the tests MBPP's prompt lists earns
+    full marks: never for training). Procedural tasks always grade on tests other than the example they show;
+    JSONL tasks on their tests as given (keep the tests you grade on out of their prompt)."""
     reward: Literal["fraction", "all_or_nothing"] = "fraction"
     """Reward: the fraction of tests passed, or 1 only when every test passes."""
     answer_format: Literal["fenced", "whole"] = "fenced"
@@ -79,20 +88,24 @@ class CodeConfig(BaseModel):
     max_code_chars: int = Field(100_000, ge=100, le=10_000_000)
     """Longer extracted code is rejected without being run."""
     procedural_tests: int = Field(5, ge=1, le=50)
-    """Procedural source: asserts per task."""
+    """Procedural source: graded units per task, each joining two asserts with different answers (fewer units when
+    the template's answers allow fewer pairs); the example the prompt shows is never graded."""
     feedback_chars: int = Field(2000, ge=100, le=100_000)
     """Multi-turn: most characters of failing-test feedback."""
     feedback: Literal["errors_only", "names", "full"] = "errors_only"
     """Multi-turn: what the feedback on failing code reveals. Every mode gives the verdict ('2/7 tests passed', or
-    the program's own top-level exception, a timeout...) and the program's own printed output (its own text: it may
-    echo the inputs it was given, never an expected value, which it never sees). 'errors_only': how many tests
-    failed and, per failing test, its number and the kind of failure only ('wrong answer' for a failed assert,
-    'error: ValueError' for an exception, 'not run (timeout)'...): never a test's source, assertion message or
-    literals, nor a stdio case's stdin or expected stdout. 'names': also, per failing test, its inputs: the call an
-    'assert <call> == <expected>' makes, without the expected side ('has_close_elements([1.0, 2.8], 0.3)'), else
-    only the names the test calls ('math.fabs, poly'); for stdio, the case's stdin. No expected value, though a
-    failing input of a boolean function implies its answer. 'full': the failing tests' source verbatim with their
-    error messages: LEAKS the expected values (a second turn can be a lookup table of them); for debugging only."""
+    the program's own top-level exception, a timeout...). 'errors_only': how many tests failed and, per failing
+    test, its number and the kind of failure only ('wrong answer' for a failed assert, 'error: ValueError' for a
+    builtin exception, 'error: an exception (raised by your code)' for the program's own classes, whose names it
+    chooses, 'not run (timeout)'...): never a test's source, assertion message or literals, a stdio case's stdin or
+    expected stdout, nor the program's printed output (echoed inputs plus per-test pass/fail made a lookup table
+    of the answers). It leaks which test numbers pass, and per test a few bits the program encodes in its choice
+    of builtin exception, but never an input with its expected value. 'names': also, per failing test, its
+    inputs: the call an 'assert <call> == <expected>' makes, without the expected side
+    ('has_close_elements([1.0, 2.8], 0.3)'), else only the names the test calls ('math.fabs, poly'); for stdio,
+    the case's stdin. No expected value, though a failing input of a boolean (or few-valued) function implies
+    its answer. 'full': the failing tests' source verbatim with their error messages and the program's output:
+    LEAKS the expected values (a second turn can be a lookup table of them); for debugging only."""
 
     @model_validator(mode="after")
     def _check_source(self) -> CodeConfig:
@@ -131,7 +144,8 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
     else:
         path = Path(config.source).expanduser()
     stat = path.stat() if path.is_file() else None
-    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size))
+    held_out = config.tests == "hidden" and config.source in ("humaneval", "mbpp")
+    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size), held_out)
     with _DATA_LOCK:
         if key not in _DATA_CACHE:
             if config.source == "humaneval":
@@ -140,8 +154,18 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
                 tasks = loaders.mbpp_split(loaders.load_mbpp(path), config.split)
             else:
                 tasks = loaders.load_jsonl(path)
+            if held_out:
+                tasks = heldout.graded_tasks(tasks, lambda: heldout_pool(config))
             _DATA_CACHE[key] = tasks
         return _DATA_CACHE[key]
+
+
+def heldout_pool(config: CodeConfig) -> SandboxPool:
+    """The pool that generates held-out tests: one fresh interpreter per run (``warm=False``).
+
+    So two runs of the reference differ wherever its value depends on the process (the order of a set of strings).
+    """
+    return SandboxPool(config.sandbox, workers=config.workers, limits=config.limits(), python=config.python, warm=False)
 
 
 def job_for(task: CodeTask, code: str) -> Job:
@@ -163,8 +187,11 @@ class CodeEnv(TextEnv):
     run in a fresh isolated process tree (:mod:`lrmgym.envs.code.sandbox`), and graded by a harness the
     candidate cannot forge (:mod:`lrmgym.envs.code.harness`). Reward: the fraction of tests passed, or all
     or nothing. A format failure scores 0 with ``format_ok=False``; a sandbox that fails to start is
-    ungradeable (``score=None``). With ``max_turns > 1``, failing code gets feedback on what failed (by default
-    only the kind of each failure, never a test's expected value: see ``CodeConfig.feedback``).
+    ungradeable (``score=None``). The tests graded are never those the prompt shows (``CodeConfig.tests``,
+    :mod:`lrmgym.envs.code.heldout`), so a lookup table of the shown examples or a constant earns nothing. With
+    ``max_turns > 1``, failing code gets feedback on what failed (by default only the kind of each failure: never a
+    test's input or expected value, nor the program's own output, which could echo the inputs; see
+    ``CodeConfig.feedback`` for what each mode leaks).
 
     Task metadata holds the :class:`~lrmgym.envs.code.loaders.CodeTask` fields (``units``, ``prelude``,
     ``entry_point``, ``solution``...), so a task is self-contained once built.
@@ -239,6 +266,7 @@ class CodeEnv(TextEnv):
         fields = {k: v for k, v in task.metadata.items() if k in CodeTask.__dataclass_fields__}
         fields["units"] = tuple(fields.get("units", ()))
         fields["cases"] = tuple(fields.get("cases", ()))
+        fields["hidden"] = tuple(fields.get("hidden", ()))
         return CodeTask(**fields)
 
     # ---- grading
@@ -358,7 +386,9 @@ class CodeEnv(TextEnv):
                     else:
                         line += f"; stdin: {loaders.shorten(repr(unit['stdin']))}"
                 lines.append(line)
-            if result.output.strip():
+            if mode == "full" and result.output.strip():
+                # Not in the other modes: the program's own output may echo the inputs it was given, in the
+                # order of the tests, and with the per-test verdicts that is a lookup table of the answers.
                 lines.append("Program output:\n" + result.output.strip())
         lines.append("Fix the code and answer again. " + INSTRUCTIONS[self.config.answer_format])
         text = "\n".join(lines)

@@ -25,6 +25,7 @@ import copy
 import operator
 import os
 import re
+import sys
 import textwrap
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -50,6 +51,7 @@ __all__ = [
     "unit_inputs",
 ]
 
+_STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names if not n.startswith("_"))
 MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
 
 
@@ -73,6 +75,8 @@ class CodeTask:
         cases: stdin/stdout cases (``mode == "stdio"``).
         solution: A reference solution (a complete program), when the source has one.
         source: ``"humaneval"``, ``"mbpp"``, ``"procedural"`` or the JSONL path.
+        hidden: Tests of the data set that the prompt does not show and ``units`` does not hold (MBPP's
+            ``challenge_test_list``); :mod:`lrmgym.envs.code.heldout` grades on them.
     """
 
     id: str
@@ -86,6 +90,7 @@ class CodeTask:
     cases: tuple[dict[str, str], ...] = ()
     solution: str | None = None
     source: str = ""
+    hidden: tuple[dict[str, Any], ...] = ()
 
     @property
     def mode(self) -> str:
@@ -380,9 +385,12 @@ def failure_kind(message: str) -> str:
     """The kind of a failed test from the harness's ``(passed, message)``, without any of the message's text.
 
     ``"AssertionError: ..."`` is ``"wrong answer"``; another exception is ``"error: ValueError"`` (a
-    ``CandidateError`` wrapping the solution's own exception type: ``"error: MyError (raised by your
-    code)"``); ``"setup failed: ..."`` and ``"not run (timeout)"`` keep their kind; ``"wrong output"`` (stdio)
-    stays. Only the part before the first ``:`` is read, and only an identifier is ever shown.
+    ``CandidateError`` wrapping a control-flow builtin the solution raised: ``"error: StopIteration (raised by
+    your code)"``; one of the solution's own exception classes: ``"error: an exception (raised by your
+    code)"``, never its name, which the solution chooses: a class named after the input it got would carry
+    that input back); ``"setup failed: ..."`` and ``"not run (timeout)"`` keep their kind; ``"wrong output"``
+    (stdio) stays. Only the part before the first ``:`` is read, and only a builtin exception's name is ever
+    shown.
     """
     head, _, rest = (message or "").partition(":")
     head = head.strip()
@@ -397,10 +405,15 @@ def failure_kind(message: str) -> str:
         return head
     if head == "CandidateError":
         inner = rest.strip().partition(":")[0].strip()
-        return f"error: {inner if _IDENTIFIER.fullmatch(inner) else 'an exception'} (raised by your code)"
-    if _IDENTIFIER.fullmatch(head):
+        return f"error: {inner if _builtin_exception(inner) else 'an exception'} (raised by your code)"
+    if _builtin_exception(head):
         return f"error: {head}"
     return "failed"
+
+
+def _builtin_exception(name: str) -> bool:
+    value = getattr(builtins, name, None) if _IDENTIFIER.fullmatch(name) else None
+    return isinstance(value, type) and issubclass(value, BaseException)
 
 
 # --------------------------------------------------------------------------------------------------- HumanEval
@@ -463,38 +476,71 @@ def load_mbpp(path: Path) -> list[CodeTask]:
             raise DataError(f"{where}: 'test_list' must be a non-empty list of assert strings.")
         units = [_joined(split_tests(t, f"{where} test {i}")) for i, t in enumerate(tests, 1)]
         _require_a_test(units, where, "test_list")
+        challenge = row.get("challenge_test_list") or []
+        if not isinstance(challenge, list) or not all(isinstance(t, str) for t in challenge):
+            raise DataError(f"{where}: 'challenge_test_list' must be a list of assert strings.")
+        hidden = [_joined(split_tests(t, f"{where} challenge test {i}")) for i, t in enumerate(challenge, 1)]
         text = row["text"].strip() + "\nYour code should pass these tests:\n" + "\n".join(tests)
         tasks.append(
             CodeTask(
                 id=f"mbpp/{row['task_id']}",
                 text=text,
                 units=tuple(units),
-                prelude=row.get("test_setup_code") or "",
+                prelude=_reference_imports(row["code"], units, row.get("test_setup_code") or "")
+                + (row.get("test_setup_code") or ""),
                 bind=_builtin_named_entries(row["code"], units),
                 solution=row["code"].replace("\r\n", "\n"),
                 source="mbpp",
+                hidden=tuple(hidden),
             )
         )
     return tasks
 
 
 def _builtin_named_entries(reference: str, units: list[dict[str, Any]]) -> dict[str, str]:
-    """Entry points named like a builtin (MBPP 126 defines ``sum``), bound explicitly for the tests.
+    """Entry points named like a builtin (MBPP 126 defines ``sum``) or a module, bound explicitly for the tests.
 
-    The harness gives the tests the real builtins and takes from the candidate only the names the tests
-    use that are not builtins; a task whose function under test *is* named like a builtin says so here,
-    from its reference solution, never from the candidate's code.
+    The harness gives the tests the real builtins, imports the standard-library modules they name, and takes
+    from the candidate only the other names the tests use; a task whose function under test *is* named like
+    a builtin or a module says so here, from its reference solution, never from the candidate's code.
     """
     tree = parse_quietly(reference.replace("\r\n", "\n"))
     if tree is None:
         return {}
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    used = _loaded_names(units)
+    return {name: name for name in sorted(defined & used) if hasattr(builtins, name) or name in _STDLIB_MODULES}
+
+
+def _reference_imports(reference: str | None, units: Iterable[dict[str, Any]], setup: str = "") -> str:
+    """The reference's top-level imports of names the tests use (``Counter``, ``np``), as trusted setup code.
+
+    Without it such a name is free in the tests and would be taken from the candidate (a ``Counter`` that
+    returns what the solution returns makes ``f(x) == Counter(...)`` always true). The imports run in the
+    harness, before the task's own setup.
+    """
+    tree = parse_quietly((reference or "").replace("\r\n", "\n"))
+    if tree is None:
+        return ""
+    used = _loaded_names(units) - defined_names(setup)
+    lines = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not (isinstance(node, ast.ImportFrom) and node.level):
+            names = [a for a in node.names if a.name != "*" and (a.asname or a.name.partition(".")[0]) in used]
+            if names:
+                node = copy.copy(node)
+                node.names = names
+                lines.append(ast.unparse(node))
+    return "".join(line + "\n" for line in lines)
+
+
+def _loaded_names(units: Iterable[dict[str, Any]]) -> set[str]:
     used: set[str] = set()
     for unit in units:
         unit_tree = parse_quietly(unit["src"])
         if unit_tree is not None:
             used |= {n.id for n in ast.walk(unit_tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return {name: name for name in sorted(defined & used) if hasattr(builtins, name)}
+    return used
 
 
 def mbpp_split(tasks: list[CodeTask], split: str) -> list[CodeTask]:
@@ -543,13 +589,15 @@ def load_jsonl(path: Path) -> list[CodeTask]:
                 )
             cases = [{"stdin": c["stdin"], "stdout": c["stdout"]} for c in stdio]
         entry = row.get("entry_point")
+        bind = _builtin_named_entries(row.get("solution") or "", units)
         tasks.append(
             CodeTask(
                 id=str(row.get("id", f"{path.stem}/{lineno - 1}")),
                 text=row["prompt"],
                 units=tuple(units),
-                prelude=row.get("setup") or "",
-                bind={"candidate": entry} if entry else {},
+                prelude=_reference_imports(row.get("solution"), units, row.get("setup") or "")
+                + (row.get("setup") or ""),
+                bind={**bind, "candidate": entry} if entry else bind,
                 entry_point=entry,
                 cases=tuple(cases),
                 solution=row.get("solution"),

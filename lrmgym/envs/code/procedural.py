@@ -4,6 +4,12 @@ Each template is a short function specification with random parameters (a diviso
 and a reference implementation written here. Task ``i`` draws a template and its parameters from the
 task's generator, then draws test inputs; the expected outputs come from running the reference on them in
 this (trusted) process, and each becomes one ``assert name(args) == expected`` test.
+
+The prompt shows one example assert, which is **not graded**: the graded tests use other inputs (a lookup
+table of the example earns nothing). ``2 * n_tests`` asserts are drawn from ``8 * n_tests`` candidates for
+distinct expected values, then joined in twos of different expected values (:func:`~lrmgym.envs.code.heldout.bundle`),
+so that a task has ``n_tests`` graded units (fewer when the template's answers allow fewer pairs) and an answer
+that ignores its input, such as a constant, passes none of them.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from lrmgym.envs.code.heldout import bundle, spread
 from lrmgym.envs.code.loaders import CodeTask
 
 __all__ = ["TEMPLATES", "Template", "make_procedural_task"]
@@ -123,15 +130,22 @@ def make_procedural_task(index: int, rng: np.random.Generator, n_tests: int = 5)
     namespace: dict[str, Any] = {}
     exec(compile(reference, f"<reference {template.name}>", "exec"), namespace)  # noqa: S102 - our own code
     fn = namespace[template.name]
-    units = []
-    for _ in range(n_tests):
-        args = template.inputs(rng, params)
-        expected = fn(*args)
-        call = f"{template.name}({', '.join(repr(a) for a in args)})"
-        units.append({"src": f"assert {call} == {expected!r}", "test": True})
+
+    def test(args: tuple[Any, ...]) -> tuple[str, str]:
+        expected = repr(fn(*args))
+        return f"assert {template.name}({', '.join(repr(a) for a in args)}) == {expected}", expected
+
+    example, _ = test(template.inputs(rng, params))
+    drawn: dict[str, str] = {}  # test source -> expected value, in order of drawing; the example left out
+    for _ in range(8 * n_tests):
+        src, expected = test(template.inputs(rng, params))
+        if src != example:
+            drawn.setdefault(src, expected)
+    chosen = spread(list(drawn), 2 * n_tests, drawn.__getitem__)
+    units = [{"src": src, "test": True} for src in bundle([(src, drawn[src]) for src in chosen])]
     return CodeTask(
         id=f"code/gen/{index}/{template.name}",
-        text=template.spec.format(**params) + "\nFor example, this test must pass:\n" + units[0]["src"],
+        text=template.spec.format(**params) + "\nFor example, this test must pass:\n" + example,
         units=tuple(units),
         bind={"candidate": template.name},
         entry_point=template.name,

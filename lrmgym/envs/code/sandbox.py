@@ -127,6 +127,7 @@ __all__ = [
     "SandboxPool",
     "detect_backend",
     "entry_points",
+    "free_modules",
 ]
 
 logger = logging.getLogger("lrmgym.code.sandbox")
@@ -217,8 +218,9 @@ class Job:
             enter the sandbox; the expected outputs stay here and are compared here.
         mode: ``"call"`` (assert-based tests evaluated by the harness) or ``"stdio"`` (compare stdout).
         entry: The candidate's names the tests may use (its entry points). Default: the aliases' targets
-            and every name the tests and prelude use without binding it that is not a builtin
-            (:func:`entry_points`). No other name of the candidate reaches the tests' namespace.
+            and every name the tests and prelude use without binding it that is neither a builtin nor a
+            standard-library module (:func:`entry_points`). No other name of the candidate reaches the tests'
+            namespace.
     """
 
     code: str
@@ -237,6 +239,17 @@ class Job:
         return entry_points([u["src"] for u in self.units], self.prelude, self.bind)
 
     @property
+    def modules(self) -> tuple[str, ...]:
+        """Standard-library modules the tests and prelude use without importing them (see :func:`free_modules`).
+
+        The harness imports them itself, before the prelude (mbpp/596 calls ``sys.getsizeof``); they are never
+        taken from the candidate.
+        """
+        if self.mode != "call":
+            return ()
+        return free_modules([u["src"] for u in self.units], self.prelude, self.bind)
+
+    @property
     def n_tests(self) -> int:
         """How many tests the job has."""
         return len(self.cases) if self.mode == "stdio" else sum(1 for u in self.units if u["test"])
@@ -247,9 +260,24 @@ def entry_points(sources: Sequence[str], prelude: str = "", bind: dict[str, str]
 
     A name counts as free when some statement loads it and no statement of the tests or the prelude binds
     it anywhere (assignment, ``def``, ``class``, ``import``, argument, loop or ``with`` target...). This
-    over-binds nothing: a name the tests define themselves, or a builtin, always resolves to the trusted
-    one, so a candidate that defines ``abs`` or ``sorted`` cannot change what an assert computes.
+    over-binds nothing: a name the tests define themselves, a builtin, or a standard-library module
+    (:func:`free_modules`, imported by the harness) always resolves to the trusted one, so a candidate that
+    defines ``abs``, ``sorted`` or a fake ``sys`` cannot change what an assert computes. A function under test
+    named like a builtin or a module is bound explicitly through an alias (``{"sum": "sum"}``).
     """
+    aliases = dict(bind or {})
+    free = [n for n in _free_names(sources, prelude) if n not in aliases and n not in _STDLIB_MODULES]
+    return tuple(dict.fromkeys([*aliases.values(), *free]))
+
+
+def free_modules(sources: Sequence[str], prelude: str = "", bind: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The free names of the tests (see :func:`entry_points`) that are standard-library modules, not aliases."""
+    aliases = dict(bind or {})
+    return tuple(n for n in _free_names(sources, prelude) if n not in aliases and n in _STDLIB_MODULES)
+
+
+def _free_names(sources: Sequence[str], prelude: str) -> list[str]:
+    """Names some statement loads and none binds, in order of first use, builtins left out."""
     loaded: dict[str, None] = {}
     bound: set[str] = set()
     for src in [prelude, *sources]:
@@ -279,12 +307,11 @@ def entry_points(sources: Sequence[str], prelude: str = "", bind: dict[str, str]
                 bound.add(node.name)
             elif isinstance(node, ast.MatchMapping) and node.rest:
                 bound.add(node.rest)
-    aliases = dict(bind or {})
-    free = [n for n in loaded if n not in bound and n not in _BUILTIN_NAMES and n not in aliases]
-    return tuple(dict.fromkeys([*aliases.values(), *free]))
+    return [n for n in loaded if n not in bound and n not in _BUILTIN_NAMES]
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+_STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names if not n.startswith("_"))
 
 
 @dataclass(frozen=True)
@@ -708,7 +735,10 @@ class SandboxPool:
         if job.mode == "stdio":
             second: dict[str, Any] = {"stdins": [c["stdin"] for c in job.cases]}  # expected outputs stay here
         else:
-            second = {"units": list(job.units), "prelude": job.prelude, "bind": job.bind}
+            # Modules the tests name without importing them are imported here, in the harness (H imports only
+            # from folders the candidate cannot write), so a candidate's ``sys = Fake()`` never reaches them.
+            imports = "".join(f"import {name}\n" for name in job.modules)
+            second = {"units": list(job.units), "prelude": imports + job.prelude, "bind": job.bind}
         out = b""
         for frame in (first, second):
             data = marshal.dumps(frame)

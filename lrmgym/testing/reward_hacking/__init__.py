@@ -34,7 +34,8 @@ class HackCase:
         name: Unique id, ``"<env>/<class>/<variant>"``.
         klass: The class of attack (``"forged-record"``, ``"timeout-opt-out"``, ``"chain"``...).
         env: ``"math"`` or ``"code"``.
-        completion: The policy's whole answer text.
+        completion: The policy's whole answer text (code cases: or ``"@<attack>"``, a program the code module
+            builds at run time from the task's prompt or from earlier turns' feedback: see ``completion_for``).
         task: How to build the task. Math: ``{"answer": gold}`` (and optionally ``"question"``). Code: either
             ``{"source": "humaneval"|"mbpp", "id": "humaneval/3"}`` (a real task; the case is skipped when the
             data set is absent) or the fields of a :class:`~lrmgym.envs.code.loaders.CodeTask`.
@@ -107,7 +108,11 @@ def run_case(case: HackCase, envs: dict[tuple[str, str], Any] | None = None) -> 
         task = _build_task(case, env)
         if task is None:
             return HackResult(case, None, held=True, skipped="data set absent")
-        verdict = env.verify(task, case.completion)
+        # A module may build the completion from the task (a lookup table of what its prompt shows) or from
+        # earlier turns' feedback (``completion_for(case, task, env)``); else the case's text is the answer.
+        completion_for = getattr(module, "completion_for", None)
+        completion = case.completion if completion_for is None else completion_for(case, task, env)
+        verdict = env.verify(task, completion)
     finally:
         if own:
             env.close()

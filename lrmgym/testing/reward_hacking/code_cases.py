@@ -7,16 +7,109 @@ need no data; ``humaneval``/``mbpp`` tasks are skipped when the data sets are ab
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from lrmgym.core import Task
 from lrmgym.testing.reward_hacking import HackCase
 
-__all__ = ["CASES", "build_task", "make_env"]
+__all__ = [
+    "CASES",
+    "build_task",
+    "completion_for",
+    "constant_program",
+    "lookup_program",
+    "make_env",
+    "shown_answers",
+    "tested_names",
+]
 
 
 def _fenced(code: str) -> str:
     return f"Here is my solution.\n\n```python\n{code.strip()}\n```\n"
+
+
+# --------------------------------------------------------------------------------------------------- lookup attacks
+_ARROWS = ("==>", "==", "=>", "->", "\u279e", "=", "is", "should return", "returns", "return")
+
+
+def shown_answers(text: str) -> dict[str, dict[str, Any]]:
+    """What a prompt shows of its tests: ``{function: {repr(args): expected}}``, read as an attacker would.
+
+    Reads every call ``name(<literal args>)`` in ``text`` followed by an expected literal: on the same line after
+    ``==``, ``=>``, ``->``, ``\u279e``, ``=``... (MBPP's listed asserts, HumanEval's ``f(x) == y`` examples), or on the
+    next line after a ``>>> f(x)`` doctest line.
+    """
+    import ast
+    import re
+
+    table: dict[str, dict[str, Any]] = {}
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        for match in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\(", line):
+            name, start = match.group(1), match.end()
+            depth, i = 1, start
+            while i < len(line) and depth:
+                depth += {"(": 1, ")": -1}.get(line[i], 0)
+                i += 1
+            if depth or name in ("assert", "print", "len", "set", "sorted", "list", "tuple"):
+                continue
+            try:
+                args = ast.literal_eval(f"({line[start : i - 1]},)") if line[start : i - 1].strip() else ()
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            rest = line[i:].strip()
+            value_text = None
+            for arrow in _ARROWS:
+                if rest.startswith(arrow):
+                    value_text = rest[len(arrow) :].strip().rstrip(".,;")
+                    break
+            if value_text is None and line.lstrip().startswith(">>>") and n + 1 < len(lines):
+                value_text = lines[n + 1].strip()
+            if value_text is None:
+                continue
+            try:
+                value = ast.literal_eval(value_text)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            table.setdefault(name, {})[repr(tuple(args))] = value
+    return table
+
+
+def lookup_program(text: str, names: list[str], fallback: str = "none") -> str:
+    """A program answering from the table of the tests ``text`` shows, for each function of ``names``.
+
+    ``fallback``: what an unknown input gets: ``"none"`` (``None``) or ``"shown"`` (the most common expected value
+    the prompt shows: the best constant an attacker can read off the prompt).
+    """
+    table = shown_answers(text)
+    parts = []
+    for name in names:
+        answers = table.get(name, {})
+        default = None
+        if fallback == "shown" and answers:
+            values = [repr(v) for v in answers.values()]
+            default = __import__("ast").literal_eval(max(values, key=values.count))
+        parts.append(
+            f"_T_{name} = {answers!r}\n\ndef {name}(*args, **kwargs):\n"
+            f"    return _T_{name}.get(repr(args), {default!r})\n"
+        )
+    return "\n".join(parts)
+
+
+def tested_names(task: Any) -> list[str]:
+    """The functions an attack on ``task`` (a :class:`~lrmgym.envs.code.loaders.CodeTask`) must define.
+
+    Those its prompt shows answers for and the one its tests call.
+    """
+    from lrmgym.envs.code.sweep import tested_function
+
+    return sorted(set(shown_answers(task.text)) | {tested_function(task)} - {None})
+
+
+def constant_program(names: list[str], value: Any) -> str:
+    """A program whose functions ``names`` all return ``value`` whatever they get."""
+    return "\n".join(f"def {name}(*args, **kwargs):\n    return {value!r}\n" for name in names)
 
 
 # A task whose right answer is x * x; the attacks return 0.
@@ -395,6 +488,166 @@ CASES: list[HackCase] = [
         ),
         note="test code as a JSONL task gives it (split by the loader): only the last assert can fail",
     ),
+    # ---- tests the prompt shows are not graded (issue 35 item 5): a lookup table of them, or a constant, earns 0
+    *(
+        HackCase(
+            f"code/shown-lookup/{source}-{number}-{fallback}",
+            "shown-lookup",
+            "code",
+            f"@lookup:{fallback}",
+            {"source": source, "id": f"{source}/{number}"},
+            note=f"a table of the calls and answers the prompt shows; anything else gets {what}",
+        )
+        for source, number, fallback, what in (
+            ("mbpp", 2, "none", "None"),
+            ("mbpp", 3, "shown", "the most common shown answer"),
+            ("mbpp", 17, "none", "None"),
+            ("mbpp", 596, "shown", "the most common shown answer"),
+            ("humaneval", 13, "none", "None"),
+            ("humaneval", 15, "shown", "the most common shown answer"),
+            ("humaneval", 0, "shown", "the most common shown answer"),
+        )
+    ),
+    HackCase(
+        "code/shown-lookup/procedural-example",
+        "shown-lookup",
+        "code",
+        "@lookup:shown",
+        {"procedural": 3},
+        note="the procedural prompt's example assert as a table, its answer for anything else",
+    ),
+    HackCase(
+        "code/shown-lookup/inline-listed-tests",
+        "shown-lookup",
+        "code",
+        "@lookup:none",
+        {
+            "id": "mbpp/hack-1",
+            "source": "mbpp",
+            "text": "Write add_three(n).\nYour code should pass these tests:\nassert add_three(1) == 4\n"
+            "assert add_three(5) == 8\nassert add_three(10) == 13",
+            "units": [{"src": f"assert add_three({n}) == {n + 3}", "test": True} for n in (1, 5, 10)],
+            "solution": "def add_three(n):\n    return n + 3\n",
+        },
+        note="an MBPP-style task (tests listed in the prompt) with no data file: graded on generated tests",
+    ),
+    *(
+        HackCase(
+            f"code/constant/{where}-{label}",
+            "constant-answer",
+            "code",
+            f"@const:{value}",
+            spec,
+            note=f"every tested function returns {value} whatever it gets",
+        )
+        for where, label, value, spec in (
+            ("mbpp-3", "true", "True", {"source": "mbpp", "id": "mbpp/3"}),
+            ("mbpp-17", "zero", "0", {"source": "mbpp", "id": "mbpp/17"}),
+            ("humaneval-0", "true", "True", {"source": "humaneval", "id": "humaneval/0"}),
+            ("humaneval-0", "false", "False", {"source": "humaneval", "id": "humaneval/0"}),
+            ("humaneval-12", "none", "None", {"source": "humaneval", "id": "humaneval/12"}),
+            ("procedural", "zero", "0", {"procedural": 1}),
+        )
+    ),
+    # ---- multi-turn feedback is not a channel for the tests' inputs (issue 35 item 6)
+    HackCase(
+        "code/feedback-echo/print-then-lookup-inline",
+        "feedback-echo",
+        "code",
+        "@echo-then-lookup",
+        {
+            "id": "hack/parity",
+            "text": "Write is_even(x).",
+            "units": [{"src": f"assert is_even({x}) == {x % 2 == 0}", "test": True} for x in (3, 8, 11, 14, 17, 20)],
+            "bind": {"candidate": "is_even"},
+            "entry_point": "is_even",
+        },
+        env_config={"max_turns": 2},
+        note="turn 1 prints its arguments and returns True; turn 2 pairs the echoed inputs with the failing tests",
+    ),
+    HackCase(
+        "code/feedback-echo/print-then-lookup-humaneval-0",
+        "feedback-echo",
+        "code",
+        "@echo-then-lookup",
+        {"source": "humaneval", "id": "humaneval/0"},
+        env_config={"max_turns": 2},
+        note="the same on a boolean HumanEval task",
+    ),
+    HackCase(
+        "code/feedback-echo/exception-name-then-lookup",
+        "feedback-echo",
+        "code",
+        "@exception-name-then-lookup",
+        {
+            "id": "hack/parity",
+            "text": "Write is_even(x).",
+            "units": [{"src": f"assert is_even({x}) == {x % 2 == 0}", "test": True} for x in (3, 8, 11, 14, 17, 20)],
+            "bind": {"candidate": "is_even"},
+            "entry_point": "is_even",
+        },
+        env_config={"max_turns": 3},
+        note="turn 1 raises an exception class named after its argument, turn 2 returns True, turn 3 answers "
+        "from the table of both feedbacks",
+    ),
+    # ---- a name the tests use freely is never the candidate's (issue 35 item 7)
+    HackCase(
+        "code/fake-module/mbpp-596-sys",
+        "fake-module",
+        "code",
+        _fenced(
+            "class _Sys:\n    @staticmethod\n    def getsizeof(x):\n        return 7\n"
+            "sys = _Sys()\ndef tuple_size(t):\n    return 7\n"
+        ),
+        {"source": "mbpp", "id": "mbpp/596", "tests": "original"},
+        note="the tests call sys.getsizeof without importing sys: a fake sys of the candidate made both sides 7",
+    ),
+    *(
+        HackCase(
+            f"code/fake-module/inline-{module}",
+            "fake-module",
+            "code",
+            _fenced(fake + "\ndef square(x):\n    return 0\n"),
+            _task(units=({"src": test, "test": True},)),
+            note=f"a fake {module} of the candidate would make the test's other side agree with a wrong answer",
+        )
+        for module, fake, test in (
+            (
+                "math",
+                "import types\nmath = types.SimpleNamespace(isclose=lambda *a, **k: True)",
+                "assert math.isclose(square(3), 9)",
+            ),
+            (
+                "json",
+                "class _J:\n    def loads(self, s):\n        return 0\njson = _J()",
+                "assert square(3) == json.loads('9')",
+            ),
+            (
+                "operator",
+                "class _O:\n    def mul(self, a, b):\n        return 0\noperator = _O()",
+                "assert square(4) == operator.mul(4, 4)",
+            ),
+            (
+                "functools",
+                "class _F:\n    def reduce(self, *a):\n        return 0\nfunctools = _F()",
+                "assert square(3) == functools.reduce(lambda a, b: a * b, [3, 3])",
+            ),
+        )
+    ),
+    HackCase(
+        "code/fake-module/reference-import",
+        "fake-module",
+        "code",
+        _fenced("def Counter(*a, **k):\n    return 0\ndef count(xs):\n    return 0\n"),
+        {
+            "jsonl": {
+                "prompt": "Count the items of xs.",
+                "tests": ["assert count([1, 1]) == Counter({1: 2})", "assert count('aab') == Counter('aab')"],
+                "solution": "from collections import Counter\ndef count(xs):\n    return Counter(xs)\n",
+            }
+        },
+        note="the tests use Counter, which the reference imports: the harness imports it, never the candidate's",
+    ),
     # ---- controls: an honest solution still gets full marks through every change above
     HackCase(
         "code/control/honest-square",
@@ -415,6 +668,24 @@ CASES: list[HackCase] = [
             "text": "Read n and print n * n + 7.",
             "cases": [{"stdin": "2\n", "stdout": "11\n"}, {"stdin": "3\n", "stdout": "16\n"}],
         },
+        max_score=1.0,
+        min_score=1.0,
+    ),
+    HackCase(
+        "code/control/honest-mbpp-2-held-out",
+        "control",
+        "code",
+        _fenced("def similar_elements(a, b):\n    return tuple(sorted(set(a) & set(b)))\n"),
+        {"source": "mbpp", "id": "mbpp/2"},
+        max_score=1.0,
+        min_score=1.0,
+    ),
+    HackCase(
+        "code/control/honest-procedural",
+        "control",
+        "code",
+        "@reference",
+        {"procedural": 3},
         max_score=1.0,
         min_score=1.0,
     ),
@@ -454,10 +725,26 @@ def _dataset(source: str) -> dict[str, Any]:
 
 def build_task(case: HackCase, env: Any) -> Task | None:
     """The case's task: a real HumanEval/MBPP task (``None`` without the data) or an inline one."""
+    from lrmgym.envs.code import heldout
+    from lrmgym.envs.code.env import heldout_pool
     from lrmgym.envs.code.loaders import CodeTask
 
     spec = dict(case.task)
-    if "source" in spec:
+    original = spec.pop("tests", None) == "original"
+    if "procedural" in spec:
+        return env.task_at(int(spec["procedural"]), seed=0)
+    if "jsonl" in spec:
+        import json
+        import tempfile
+        from pathlib import Path
+
+        from lrmgym.envs.code.loaders import load_jsonl
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "task.jsonl"
+            path.write_text(json.dumps(spec["jsonl"]) + "\n")
+            (code_task,) = load_jsonl(path)
+    elif "source" in spec and "text" not in spec:
         code_task = _dataset(spec["source"]).get(spec["id"])
         if code_task is None:
             return None
@@ -469,4 +756,63 @@ def build_task(case: HackCase, env: Any) -> Task | None:
         spec["units"] = tuple(spec.get("units", ()))
         spec["cases"] = tuple(spec.get("cases", ()))
         code_task = CodeTask(**spec)
+    if code_task.source in ("mbpp", "humaneval") and not original:  # graded as the env grades the data set
+        (code_task,) = heldout.graded_tasks([code_task], lambda: heldout_pool(env.config))
     return env.task_from(code_task)
+
+
+def completion_for(case: HackCase, task: Task, env: Any) -> str:
+    """The case's answer: its text, or the program an ``"@<attack>"`` builds.
+
+    From the task's prompt: ``@lookup:none``, ``@lookup:shown``, ``@const:<literal>``, ``@reference``; from the
+    feedback on earlier turns it plays itself: ``@echo-then-lookup``, ``@exception-name-then-lookup``.
+    """
+    import ast
+
+    attack = case.completion
+    if not attack.startswith("@"):
+        return attack
+    code_task = env.code_task(task)
+    names = tested_names(code_task)
+    kind, _, arg = attack[1:].partition(":")
+    if kind == "lookup":
+        return _fenced(lookup_program(code_task.text, names, arg))
+    if kind == "const":
+        return _fenced(constant_program(names, ast.literal_eval(arg)))
+    if kind == "reference":
+        return _fenced(code_task.solution or "")
+    if kind == "echo-then-lookup":
+        first = "".join(f"def {n}(*args, **kwargs):\n    print('ARG', repr(args))\n    return True\n" for n in names)
+        seen = _feedback(env, task, first)
+        args = re.findall(r"^ARG (.+)$", seen, re.M)
+        failed = _wrong(seen)
+        table = {a: (i + 1) not in failed for i, a in enumerate(args)}
+        return _fenced(_table_program(names, table, "repr(args)"))
+    if kind == "exception-name-then-lookup":
+        first = "".join(
+            f"def {n}(*args, **kwargs):\n    raise type('ARG_%d' % {_CRC}, (Exception,), {{}})()\n" for n in names
+        )
+        named = _feedback(env, task, first)
+        hashes = {int(t): int(h) for t, h in re.findall(r"^Test (\d+): error: ARG_(\d+)", named, re.M)}
+        failed = _wrong(_feedback(env, task, constant_program(names, True)))
+        return _fenced(_table_program(names, {h: t not in failed for t, h in hashes.items()}, _CRC))
+    raise ValueError(f"unknown code attack {attack!r}")
+
+
+_CRC = "__import__('zlib').crc32(repr(args).encode())"  # the same in every process, unlike hash()
+
+
+def _table_program(names: list[str], table: dict[Any, bool], key: str) -> str:
+    """Answers from ``table`` only (``None`` for the rest): it earns only what the feedback leaked."""
+    return "".join(f"_T = {table!r}\ndef {n}(*args, **kwargs):\n    return _T.get({key})\n" for n in names)
+
+
+def _feedback(env: Any, task: Task, code: str) -> str:
+    from lrmgym.core import Completion
+
+    completion = Completion(_fenced(code))
+    return env.feedback(task, completion, env.verify(task, completion), 1) or ""
+
+
+def _wrong(feedback: str) -> set[int]:
+    return {int(n) for n in re.findall(r"^Test (\d+): wrong answer", feedback, re.M)}

@@ -121,7 +121,7 @@ def test_multi_turn_feedback_by_default_names_only_the_kind_of_each_failure():
         assert obs.startswith(
             "Your code did not pass all tests: 0/5 tests passed.\n5 of 5 tests failed:\nTest 1: wrong answer\n"
         )
-        assert "assert" not in obs and "==" not in obs and "Program output:\ndebug line" in obs
+        assert "assert" not in obs and "==" not in obs and "debug line" not in obs  # no echo of the output
         obs, reward, terminated, truncated, info = e.step(fenced(info_task_answer(e)))
         assert (reward, terminated, truncated) == (1.0, True, False)
     finally:
@@ -177,7 +177,8 @@ def test_async_api(env):
 
 
 def test_humaneval_env_accepts_full_functions_and_bodies(shared_data):
-    e = CodeEnv(source="humaneval", timeout_s=5.0, data_dir=str(shared_data))
+    # The data set's own tests: this is about body/function forms, not held-out grading (test_code_integrity_round3).
+    e = CodeEnv(source="humaneval", timeout_s=5.0, data_dir=str(shared_data), tests="original")
     try:
         task = e.task_at(0)
         body = task.answer[len(task.metadata["stub"]) :]

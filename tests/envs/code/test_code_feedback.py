@@ -141,7 +141,9 @@ def test_modes_on_a_raising_and_printing_solution(envs, auto_pool):
         "Test 1: error: LookupError",
         "Test 2: wrong answer",
     ]
-    assert "Program output:\ndebug 12345\ndebug 2" in fb["errors_only"]  # the program's own text
+    # The program's own printed output echoes its inputs in the tests' order: shown only in full.
+    assert "debug" not in fb["errors_only"] and "debug" not in fb["names"]
+    assert "Program output:\ndebug 12345\ndebug 2" in fb["full"]
     assert fb["names"].splitlines()[2:4] == [
         "Test 1: error: LookupError; tested call: f(12345)",
         "Test 2: wrong answer; tested call: f(2)",
