@@ -256,14 +256,15 @@ def verl(overrides: tuple[str, ...], force: bool, train_tasks: int, test_tasks: 
     click.echo("python -m verl.trainer.main_ppo " + " ".join(shlex.quote(a) for a in result.overrides) + " ...")
 
 
-def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name: str) -> None:
+def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name: str, lock: Any = None) -> None:
     """``lrmgym run ... backend=openrlhf``: export into a new run directory and run its launch.sh.
 
     The config is checked first (a refusal writes nothing), then the machine: without CUDA GPUs and openrlhf
     (or, with backend.address, the ``ray`` command) it stops with one line and writes nothing. ``dry_run``
     exports into a temporary folder to print the exact command (its paths name the run directory it would
     create), writes nothing and launches nothing. ``resume_dir`` (``--resume``) runs that directory's
-    launch.sh again, which continues from its newest checkpoint.
+    launch.sh again, which continues from its newest checkpoint. ``lock(run_dir)``, when given, takes the run
+    directory's lock for the rest of the command (``lrmgym run`` holds it while launch.sh runs).
     """
     from lrmgym import __version__
     from lrmgym.configs.errors import ConfigError
@@ -314,6 +315,8 @@ def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name:
             raise _MachineError(f"cannot write the run directory {str(run_dir)!r}: {err}; nothing was kept.") from None
         raise
     click.echo(f"run directory: {run_dir} (export.json says what each lrmgym key became)")
+    if lock is not None:
+        lock(run_dir)
     _launch(run_dir, None)
 
 

@@ -282,10 +282,27 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
 
     OVERRIDES are GROUP=PRESET and dotted.key=VALUE tokens; see `lrmgym config presets` and
     `lrmgym config show`. The run directory gets the resolved config, metrics, samples, checkpoints and plots.
-    SIGTERM or Ctrl-C stops after the current step with a checkpoint; `--resume RUN_DIR` continues.
+    SIGTERM or Ctrl-C stops after the current step with a checkpoint; `--resume RUN_DIR` continues. One
+    process at a time trains in a run directory (it holds RUN_DIR/run.lock): a `--resume` of a live run is
+    refused, naming its PID; the lock dies with its process, so a resume after a kill works.
     With backend=openrlhf the run directory gets the OpenRLHF export (see `lrmgym export openrlhf --help`)
     and its launch.sh runs, on a machine with CUDA GPUs and openrlhf installed.
     """
+    with contextlib.ExitStack() as held:
+        _run(overrides, resume_dir, dry_run, held)
+
+
+def _lock(run_dir: Path, held: contextlib.ExitStack) -> None:
+    """Hold ``run_dir``'s lock until ``held`` closes; one ``Error:`` line when another process holds it."""
+    from lrmgym.learners.rundir import RunDirLocked, lock_run_dir
+
+    try:
+        held.enter_context(lock_run_dir(run_dir))
+    except RunDirLocked as err:
+        raise UserError(str(err)) from None
+
+
+def _run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool, held: contextlib.ExitStack) -> None:
     from lrmgym.learners.resume import ResumeConfigError, check_config, read_run_record
 
     if resume_dir is not None:
@@ -295,6 +312,8 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
                 "(edit RUN_DIR/config.yaml deliberately if you must change it)."
             )
         cfg, raw = _load_saved(resume_dir)
+        if not dry_run:
+            _lock(resume_dir, held)  # before anything is written or said: a live run keeps its folder to itself
         try:
             record = read_run_record(resume_dir)
             changed, notes = check_config(raw, cfg.to_dict(), record["config"] if record else None)
@@ -310,7 +329,7 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
     if getattr(cfg.backend, "kind", "native") != "native":
         from lrmgym.cli.export_cmd import run_openrlhf
 
-        run_openrlhf(cfg, resume_dir, dry_run, _default_name(cfg, "run"))
+        run_openrlhf(cfg, resume_dir, dry_run, _default_name(cfg, "run"), lock=lambda d: _lock(d, held))
         return
     if dry_run:
         raise UserError("--dry-run prints the launch command of backend=openrlhf; a native run has none to print.")
@@ -319,10 +338,10 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
             f"learner.kind: the {cfg.learner.kind!r} learner cannot train in this build (its config has no build(ctx))."
         )
     with _sigterm_as_interrupt():  # a scheduler's stop or `docker stop`: as Ctrl-C (the loop saves, then exits)
-        _train(cfg, resume_dir)
+        _train(cfg, resume_dir, held)
 
 
-def _train(cfg: Any, resume_dir: Path | None) -> None:
+def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> None:
     from lrmgym.compose import prepare
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.files import atomic_write_text
@@ -333,6 +352,7 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
     run_dir = resume_dir
     if new:
         run_dir = _fresh_dir(cfg, _default_name(cfg, "run"))
+        _lock(run_dir, held)  # a new directory: no one else holds it
     try:
         if new:
             atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
