@@ -6,7 +6,9 @@ a device, and no command writes into a directory that holds another command's re
 - :func:`atomic_write_bytes` / :func:`atomic_write_text`: a temporary sibling with a unique name (two writers of
   one path never share it), fsynced, then renamed over the target (atomic on POSIX).
 - :func:`check_output_file`: refuses an output that is an input, an existing non-regular file (``/dev/null``, a
-  directory, a FIFO), or lies under ``/proc``, ``/sys`` or ``/dev``.
+  directory, a FIFO), or lies under ``/proc``, ``/sys`` or ``/dev``; one of a run folder's own files, always; a
+  new file in a run folder or an existing result, unless forced (the commands' ``--force``).
+- :func:`run_folder_of`: the folder of a ``lrmgym run`` (or eval, export, stage) a path lies in.
 - :func:`fresh_dir`: creates a directory that did not exist (``mkdir`` without ``exist_ok`` is the lock), or,
   for a generated name, the first free ``name-2``, ``name-3`` ...
 """
@@ -17,7 +19,7 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -31,6 +33,7 @@ __all__ = [
     "fresh_dir",
     "out_of_space",
     "remove_stale_temps",
+    "run_folder_of",
 ]
 
 _PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -119,10 +122,53 @@ def _under_pseudo_fs(path: Path) -> Path | None:
     return None
 
 
-def check_output_file(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), what: str = "output") -> Path:
+_RUN_MARKERS = ("run.json", "run.lock", "metrics.jsonl", "summary.json", "checkpoints", "eval.json", "export.json")
+"""Beside a ``config.yaml``, what makes a folder one of lrmgym's: a run (started, training, finished), an eval, an
+export (a folder with a ``config.yaml`` alone could be anyone's)."""
+_STAGE_MARKERS = ("metrics.jsonl", "checkpoints", "stage.json")
+"""What makes a folder under a staged run's ``stages/`` one of its stage folders (they have no config.yaml)."""
+
+
+def _is_run_folder(folder: Path) -> bool:
+    if folder.parent.name == "stages" and any((folder / m).exists() for m in _STAGE_MARKERS):
+        return True
+    return (folder / "config.yaml").is_file() and any((folder / m).exists() for m in _RUN_MARKERS)
+
+
+def run_folder_of(path: str | os.PathLike) -> Path | None:
+    """The innermost run folder ``path`` lies in (resolved), or None.
+
+    A run folder is one of ``lrmgym run``, ``eval`` or ``export`` (a ``config.yaml`` with a run's, an eval's or an
+    export's files beside it), or a staged run's stage folder.
+    """
+    resolved = Path(os.path.realpath(path))
+    for folder in resolved.parents:
+        if _is_run_folder(folder):
+            return folder
+    return None
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike] = (),
+    what: str = "output",
+    *,
+    force: bool = True,
+    owned: Collection[str] = (),
+    default: bool = False,
+) -> Path:
     """``path`` resolved, if a command may write a file there; else :class:`OutputPathError` saying why.
 
-    Allowed: a new path (its parent is created later), or an existing regular file that is none of ``inputs``.
+    Allowed: a new path (its parent is created later), or an existing regular file that is none of ``inputs``,
+    with these limits for results (:func:`run_folder_of`):
+
+    - Never over a run folder's own files (its logs, config, checkpoints ...: whatever is there that this command
+      does not write), ``force`` or not: only a file named in ``owned`` (the names this command writes), at the top
+      of a run folder that is not a stage folder, may be replaced.
+    - Without ``force``: no existing file is replaced, and no new file is added to a run folder, unless it is the
+      command's ``default`` output there (``owned`` names only, e.g. ``lrmgym report``'s RUN/report.html).
+
+    ``force`` is True by default for library callers; the commands pass their ``--force`` flag.
     """
     given = Path(path)
     resolved = Path(os.path.realpath(given))
@@ -159,6 +205,22 @@ def check_output_file(path: str | os.PathLike, inputs: Iterable[str | os.PathLik
         raise OutputPathError(f"{what} {str(given)!r}: {str(parent)!r} is a file, not a directory; give another path.")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputPathError(f"{what} {str(given)!r}: the directory {str(parent)!r} is not writable by this user.")
+    exists = os.path.lexists(given)
+    run = run_folder_of(resolved)
+    if run is not None:
+        own = resolved.name in owned and resolved.parent == run
+        if exists and (not own or run.parent.name == "stages"):
+            raise OutputPathError(
+                f"{what} {str(given)!r} is a file of the run in {str(run)!r}; no command writes over a run's own "
+                "files, --force or not: give a path outside that folder."
+            )
+        if not exists and not force and not (own and default):
+            raise OutputPathError(
+                f"{what} {str(given)!r} lies in the run folder {str(run)!r}, whose files are the run's; give a path "
+                "outside it, or pass --force to add this file there."
+            )
+    if exists and not force:
+        raise OutputPathError(f"{what} {str(given)!r} already exists; pass --force to replace it, or give a new path.")
     return resolved
 
 

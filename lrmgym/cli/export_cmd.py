@@ -29,6 +29,9 @@ import click
 
 __all__ = ["command", "run_openrlhf"]
 
+TRACES_NAME = "traces.jsonl"
+"""``export traces``' default output, in the run folder it reads."""
+
 
 class _UserError(click.ClickException):
     exit_code = 2
@@ -87,7 +90,11 @@ def _samples_file(source: Path) -> Path:
     "--by", type=click.Choice(["auto", "reward", "strength"]), default="auto", show_default=True,
     help="The score pairs are ranked by: auto is the arena strength in groups the arena routed, else the reward.",
 )  # fmt: skip
-def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: float, by: str) -> None:
+@click.option(
+    "--force", is_flag=True,
+    help="Replace an existing --out / --pairs file, or add --pairs (or another --out) to a run folder.",
+)  # fmt: skip
+def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: float, by: str, force: bool) -> None:
     """Write a run's logged rollouts with their verdicts as JSONL, one rollout per line.
 
     \b
@@ -106,15 +113,23 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
     the prompt is chat messages). In each group, the best rollout against each lower-scored one: at most
     G - 1 pairs per group, best vs worst among them. Ties, margins under --min-margin, completions identical
     to the best, repeated pairs and rollouts with another prompt (multi-turn transcripts) are skipped.
+
+    \b
+    An existing file is replaced only with --force. A run folder's own files (metrics.jsonl, config.yaml,
+    checkpoints/ ...) are never written, --force or not; a file other than RUN_DIR/traces.jsonl is added to a
+    run folder only with --force.
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     from lrmgym.files import OutputPathError, check_output_file
     from lrmgym.learners.export import TraceFileError, export_traces
 
     samples = _samples_file(run_dir)
-    out = out if out is not None else samples.parent / "traces.jsonl"
+    default = samples.parent / TRACES_NAME
+    out = out if out is not None else default
     try:
-        out_path = check_output_file(out, inputs=[samples], what="--out")
-        pairs_path = check_output_file(pairs, inputs=[samples], what="--pairs") if pairs is not None else None
+        out_path = check_output_file(out, inputs=[samples], what="--out", force=force, owned=(TRACES_NAME,),
+                                     default=os.path.realpath(out) == os.path.realpath(default))  # fmt: skip
+        pairs_path = (check_output_file(pairs, inputs=[samples], what="--pairs", force=force)
+                      if pairs is not None else None)  # fmt: skip
     except OutputPathError as err:
         raise _UserError(str(err)) from None
     if pairs_path is not None and os.path.realpath(pairs_path) == os.path.realpath(out_path):
