@@ -8,6 +8,7 @@ a device, and no command writes into a directory that holds another command's re
 - :func:`check_output_file`: refuses an output that is an input, an existing non-regular file (``/dev/null``, a
   directory, a FIFO), or lies under ``/proc``, ``/sys`` or ``/dev``; one of a run folder's own files, always; a
   new file in a run folder or an existing result, unless forced (the commands' ``--force``).
+- :func:`check_output_dir`: refuses an export folder that a shell stands in, a run folder, or a folder of runs.
 - :func:`run_folder_of`: the folder of a ``lrmgym run`` (or eval, export, stage) a path lies in.
 - :func:`fresh_dir`: creates a directory that did not exist (``mkdir`` without ``exist_ok`` is the lock), or,
   for a generated name, the first free ``name-2``, ``name-3`` ...
@@ -28,6 +29,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
+    "check_output_dir",
     "check_output_file",
     "describe_os_error",
     "fresh_dir",
@@ -146,6 +148,57 @@ def run_folder_of(path: str | os.PathLike) -> Path | None:
         if _is_run_folder(folder):
             return folder
     return None
+
+
+_TRAINED = ("run.json", "run.lock", "metrics.jsonl", "summary.json", "checkpoints", "eval.json")
+"""What an export folder (``config.yaml`` + ``export.json``) holds once it has trained or been evaluated."""
+
+
+def _replaceable_export(folder: Path) -> bool:
+    """Whether ``folder`` is an export of ``lrmgym export`` that nothing has trained in (its files re-derivable)."""
+    return (folder / "export.json").is_file() and not any((folder / m).exists() for m in _TRAINED)
+
+
+def check_output_dir(path: str | os.PathLike, force: bool, what: str = "out") -> Path:
+    """``path`` resolved, if a command may make (or, with ``force``, replace) a whole folder there.
+
+    Refused, ``force`` or not: the current folder or one above it, a folder under ``/proc``, ``/sys`` or ``/dev``,
+    a run folder (except an export nothing has trained in), a folder holding a run folder (two levels down).
+    Refused without ``force``: a new folder inside a run folder. The caller checks the rest (a file, not empty).
+    """
+    given = Path(path)
+    resolved = Path(os.path.realpath(given))
+    root = _under_pseudo_fs(resolved)
+    if root is not None:
+        raise OutputPathError(f"{what}={given}: it lies under {root}, which holds devices or kernel files; give a "
+                              "normal folder.")  # fmt: skip
+    cwd = Path(os.path.realpath(os.getcwd()))
+    if resolved == cwd or resolved in cwd.parents:
+        raise OutputPathError(
+            f"{what}={given}: {str(resolved)!r} is the current folder or holds it, and the export replaces its "
+            "folder whole; give a new folder, e.g. out=exports/NAME."
+        )
+    if resolved.is_dir():
+        if _is_run_folder(resolved) and not _replaceable_export(resolved):
+            raise OutputPathError(
+                f"{what}={given}: {str(resolved)!r} is a run folder; it is never replaced, --force or not. Give a new "
+                "folder."
+            )
+        inner = [p for p in resolved.glob("*/") if _is_run_folder(p)] or [
+            p for p in resolved.glob("*/*/") if _is_run_folder(p)
+        ]
+        if inner:
+            raise OutputPathError(
+                f"{what}={given}: {str(resolved)!r} holds the run folder {str(inner[0])!r}; it is never replaced, "
+                "--force or not. Give a new folder."
+            )
+    run = run_folder_of(resolved)
+    if run is not None and not force:
+        raise OutputPathError(
+            f"{what}={given}: it lies in the run folder {str(run)!r}, whose files are the run's; give a folder "
+            "outside it, or pass --force to add this one there."
+        )
+    return resolved
 
 
 def check_output_file(

@@ -194,7 +194,11 @@ def _split_out(overrides: tuple[str, ...], example: str) -> tuple[list[str], lis
 
 @command.command("openrlhf", context_settings={"ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
-@click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
+@click.option(
+    "--force", is_flag=True,
+    help="Replace DIR when it exists and is not empty (its files are deleted); never the current folder or one "
+    "above it, a run folder or a folder of runs. Also: make DIR inside a run folder.",
+)  # fmt: skip
 def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
     """Write what OpenRLHF needs to train a config into DIR, without launching it.
 
@@ -228,7 +232,11 @@ _VERL_KEYS = ("env", "judge", "eval", "run.seed")
 
 @command.command("verl", context_settings={"ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
-@click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
+@click.option(
+    "--force", is_flag=True,
+    help="Replace DIR when it exists and is not empty (its files are deleted); never the current folder or one "
+    "above it, a run folder or a folder of runs. Also: make DIR inside a run folder.",
+)  # fmt: skip
 @click.option(
     "--train-tasks", type=click.IntRange(min=1), default=1024, show_default=True,
     help="Rows of train.parquet: tasks 0 .. N-1 of the env's stream run.seed.",
