@@ -86,6 +86,7 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
     """What ``value`` names (see ``_MODEL_HELP``); a bad value is one ``Error:`` line naming it and the fix."""
     import yaml
 
+    from lrmgym.cli.main import yaml_problem
     from lrmgym.configs.resolve import ConfigError, resolve_dict, validate_component
     from lrmgym.policies.checkpoint import ModelFolderError, model_folder
 
@@ -100,8 +101,17 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
                 "`lrmgym run` (with config.yaml), or tiny (the shipped default model)."
             )
         if (path / "config.yaml").is_file():
-            tree = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
-            config = resolve_dict(tree if isinstance(tree, dict) else {}).policy
+            try:
+                tree = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as err:
+                raise _UserError(
+                    f"{option}: {path / 'config.yaml'} is not valid YAML ({yaml_problem(err)}); give a run directory "
+                    "of `lrmgym run` whose config.yaml loads, or a model folder."
+                ) from None
+            resolved = resolve_dict(tree if isinstance(tree, dict) else {})
+            config = resolved.policy
+            if resolved.learner.kind == "reason_maxxer":
+                raise _UserError(_reason_maxxer_hint(option, path))
             if config.kind not in ("tiny", "hf"):
                 raise _UserError(
                     f"{option}: the run {str(path)!r} trained a {config.kind!r} policy, which has no weights to "
@@ -124,6 +134,15 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
         f"{option}: {value!r} is neither a model folder (no config.json) nor a run directory of `lrmgym run` "
         "(no config.yaml); give one of those, or tiny (the shipped default model)."
     )
+
+
+def _reason_maxxer_hint(option: str, run: Path) -> str:
+    """A reason_maxxer run's checkpoints hold its LoRA adapter, not a model: name the merged model to give."""
+    merged = run / "merged"  # lrmgym.learners.reason_maxxer writes it with learner.merge=true
+    head = f"{option}: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; "
+    if (merged / "config.json").is_file():
+        return head + f"give its merged model: {option} {merged}."
+    return head + f"it has no merged model ({merged}): train it with learner.merge=true, then give {option} {merged}."
 
 
 def _load(model: _Model) -> Any:

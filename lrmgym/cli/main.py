@@ -230,6 +230,22 @@ def _fresh_dir(cfg: Any, default: str) -> Path:
         raise UserError(str(err)) from None
 
 
+def _missing_folders(cfg: Any) -> list[Path]:
+    """run.output_dir and the folders above it that do not exist yet, innermost first."""
+    out = Path(cfg.run.output_dir).absolute()
+    return [p for p in (out, *out.parents) if not p.exists()]
+
+
+def _remove_made(run_dir: Path, made: list[Path]) -> None:
+    """Remove a new run directory that holds nothing of value, and the empty folders made for it."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in made:
+        try:
+            folder.rmdir()  # only while empty: another command may have written there meanwhile
+        except OSError:
+            break
+
+
 def _check_name_free(cfg: Any) -> None:
     """Fail fast, before anything is built, when run.name names an existing directory."""
     if cfg.run.name and (Path(cfg.run.output_dir) / cfg.run.name).exists():
@@ -266,8 +282,20 @@ def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
         if not isinstance(raw, dict):
             raise ConfigError("expected a mapping of sections (env:, learner:, ...)")
         return resolve_dict(raw), raw
-    except (ConfigError, yaml.YAMLError, UnicodeDecodeError) as err:
+    except yaml.YAMLError as err:
+        raise UserError(
+            f"--resume: {config_path} is not valid YAML ({yaml_problem(err)}); fix the file; run.json beside it holds "
+            "the config the run was started with."
+        ) from None
+    except (ConfigError, UnicodeDecodeError) as err:
         raise UserError(f"--resume: {config_path}: {err}") from None
+
+
+def yaml_problem(err: Exception) -> str:
+    """A YAML parser's error in one line: what it expected and where (``line L, column C``)."""
+    problem = getattr(err, "problem", None) or (str(err).splitlines() or ["unreadable"])[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 @cli.command(
@@ -350,6 +378,7 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
 
     new = resume_dir is None
     run_dir = resume_dir
+    made = _missing_folders(cfg) if new else []
     if new:
         run_dir = _fresh_dir(cfg, _default_name(cfg, "run"))
         _lock(run_dir, held)  # a new directory: no one else holds it
@@ -365,8 +394,8 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
         if callable(setup):
             setup()
     except BaseException as err:
-        if new:  # nothing of value was written: leave no half-made run directory behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if new:  # nothing of value was written: leave no half-made run directory (nor runs/ made for it) behind
+            _remove_made(run_dir, made)
         if isinstance(err, (FileNotFoundError, ConfigError, ValueError)):  # e.g. a bad data file or model folder
             raise UserError(str(err)) from None
         if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
@@ -451,12 +480,13 @@ def eval_(overrides: tuple[str, ...]) -> None:
         policy = build_policy(cfg)
     except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder ...
         raise UserError(str(err)) from None
+    made = _missing_folders(cfg)
     out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
     try:
         atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
         report = evaluate(env, policy, cfg.eval, out_dir)
     except BaseException as err:
-        shutil.rmtree(out_dir, ignore_errors=True)  # no half-made results
+        _remove_made(out_dir, made)  # no half-made results
         if isinstance(err, OSError) and _is_disk_full(err, Path(cfg.run.output_dir)):
             raise _disk_full(err, None) from None
         if isinstance(err, KeyboardInterrupt):
