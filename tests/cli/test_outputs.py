@@ -267,3 +267,30 @@ def test_analyze_shift_keeps_an_existing_result_and_stays_out_of_run_folders(tmp
     assert line.startswith(f"Error: --out '{run / 'shift.json'}' lies in the run folder '{run}'")
     assert not (run / "shift.json").exists()
     _unchanged(run)
+
+
+def test_read_only_commands_work_on_a_run_another_process_trains_in(tmp_path):
+    """`report` and `export traces` read a live run (locked by its trainer) and write only their own files."""
+    import subprocess
+    import sys
+
+    run = _run_folder(tmp_path / "run")
+    hold = (
+        "import sys; from lrmgym.learners.rundir import lock_run_dir\n"
+        "with lock_run_dir(sys.argv[1]):\n    print('locked', flush=True); sys.stdin.read()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    trainer = subprocess.Popen([sys.executable, "-c", hold, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               env=env, text=True)  # fmt: skip
+    try:
+        assert trainer.stdout.readline() == "locked\n"
+        exported = _export(run)
+        assert exported.exit_code == 0, exported.output
+        reported = CliRunner().invoke(cli, ["report", str(run)])
+        assert reported.exit_code == 0, reported.output
+        assert (run / "traces.jsonl").is_file() and (run / "report.html").is_file()
+        assert (run / "run.lock").read_text().strip() == str(trainer.pid)  # the trainer still holds its run
+    finally:
+        trainer.stdin.close()
+        trainer.wait(timeout=30)
+    _unchanged(run)
