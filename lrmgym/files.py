@@ -282,7 +282,8 @@ def fresh_dir(parent: str | os.PathLike, name: str, unique: bool = False, what: 
 
     With ``unique`` (a generated name), the first free ``name-2``, ``name-3`` ... is taken instead of failing, so
     two commands started in the same second get two directories. Without it, an existing ``parent/name`` raises
-    :class:`OutputPathError`. ``mkdir`` is atomic, so two processes never both get one directory.
+    :class:`OutputPathError`, as does a ``parent`` in a run folder (:func:`run_folder_of`). ``mkdir`` is atomic,
+    so two processes never both get one directory.
     """
     parent = Path(parent)
     if parent.exists() and not parent.is_dir():
@@ -292,6 +293,12 @@ def fresh_dir(parent: str | os.PathLike, name: str, unique: bool = False, what: 
     under = _under_pseudo_fs(Path(os.path.realpath(parent)))
     if under is not None:
         raise OutputPathError(f"run.output_dir {str(parent)!r} lies under {under}; give a normal directory.")
+    run = run_folder_of(parent / name)
+    if run is not None:
+        raise OutputPathError(
+            f"run.output_dir {str(parent)!r} lies in the run folder {str(run)!r}, whose files are the run's; give an "
+            "output folder outside it."
+        )
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

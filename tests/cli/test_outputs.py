@@ -294,3 +294,17 @@ def test_read_only_commands_work_on_a_run_another_process_trains_in(tmp_path):
         trainer.stdin.close()
         trainer.wait(timeout=30)
     _unchanged(run)
+
+
+@pytest.mark.parametrize("command", ["run", "eval"])
+def test_run_and_eval_never_make_their_folder_inside_a_run_folder(tmp_path, command):
+    run = _run_folder(tmp_path / "run")
+    for output_dir in (run, run / "evals"):
+        result = CliRunner().invoke(cli, [command, "env=echo", "policy=mock", f"run.output_dir={output_dir}"])
+        line = _one_error_line(result)
+        assert line == (
+            f"Error: run.output_dir {str(output_dir)!r} lies in the run folder '{run}', whose files are the run's; "
+            "give an output folder outside it."
+        )
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", *sorted(RUN_FILES)]
+    _unchanged(run)
