@@ -322,12 +322,15 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
 
 def _lock(run_dir: Path, held: contextlib.ExitStack) -> None:
     """Hold ``run_dir``'s lock until ``held`` closes; one ``Error:`` line when another process holds it."""
+    from lrmgym.files import describe_os_error
     from lrmgym.learners.rundir import RunDirLocked, lock_run_dir
 
     try:
         held.enter_context(lock_run_dir(run_dir))
     except RunDirLocked as err:
         raise UserError(str(err)) from None
+    except OSError as err:  # a read-only folder, a full disk: the run could not write its logs either
+        raise EnvironmentFailure(f"cannot lock {run_dir} for this run: {describe_os_error(err)}.") from None
 
 
 def _run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool, held: contextlib.ExitStack) -> None:
