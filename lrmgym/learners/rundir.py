@@ -125,8 +125,8 @@ def lock_run_dir(run_dir: str | os.PathLike) -> Iterator[Path]:
     Re-entrant within a process: a block inside another one on the same directory, or on a directory below a
     held one (a staged run's stage folder), holds nothing more. The lock is an exclusive, non-blocking ``flock``
     on ``run_dir/run.lock``, which holds the PID of its holder and is removed when the outermost block ends; the
-    kernel releases it when the process dies, so a killed run leaves a stale file that locks nothing. Child
-    processes do not inherit it (the file is opened close-on-exec).
+    kernel releases it when the process dies, so a killed run leaves a stale file that locks nothing. Programs it
+    starts (a rollout worker, a sandbox) do not inherit it: the file is opened close-on-exec.
     """
     run_dir = Path(run_dir)
     real = os.path.realpath(run_dir)
