@@ -86,6 +86,7 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
     """What ``value`` names (see ``_MODEL_HELP``); a bad value is one ``Error:`` line naming it and the fix."""
     import yaml
 
+    from lrmgym.cli.main import yaml_problem
     from lrmgym.configs.resolve import ConfigError, resolve_dict, validate_component
     from lrmgym.policies.checkpoint import ModelFolderError, model_folder
 
@@ -100,8 +101,17 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
                 "`lrmgym run` (with config.yaml), or tiny (the shipped default model)."
             )
         if (path / "config.yaml").is_file():
-            tree = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
-            config = resolve_dict(tree if isinstance(tree, dict) else {}).policy
+            try:
+                tree = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as err:
+                raise _UserError(
+                    f"{option}: {path / 'config.yaml'} is not valid YAML ({yaml_problem(err)}); give a run directory "
+                    "of `lrmgym run` whose config.yaml loads, or a model folder."
+                ) from None
+            resolved = resolve_dict(tree if isinstance(tree, dict) else {})
+            config = resolved.policy
+            if resolved.learner.kind == "reason_maxxer":
+                raise _UserError(_reason_maxxer_hint(option, path))
             if config.kind not in ("tiny", "hf"):
                 raise _UserError(
                     f"{option}: the run {str(path)!r} trained a {config.kind!r} policy, which has no weights to "
@@ -124,6 +134,15 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
         f"{option}: {value!r} is neither a model folder (no config.json) nor a run directory of `lrmgym run` "
         "(no config.yaml); give one of those, or tiny (the shipped default model)."
     )
+
+
+def _reason_maxxer_hint(option: str, run: Path) -> str:
+    """A reason_maxxer run's checkpoints hold its LoRA adapter, not a model: name the merged model to give."""
+    merged = run / "merged"  # lrmgym.learners.reason_maxxer writes it with learner.merge=true
+    head = f"{option}: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; "
+    if (merged / "config.json").is_file():
+        return head + f"give its merged model: {option} {merged}."
+    return head + f"it has no merged model ({merged}): train it with learner.merge=true, then give {option} {merged}."
 
 
 def _load(model: _Model) -> Any:
@@ -169,10 +188,11 @@ def _check_tokenizers(base: Any, rl: Any) -> None:
     "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
     help="Write shift.json (every number and the config) and shift.png into this directory.",
 )  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace an existing shift.json / shift.png, or write into a run folder.")
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 def shift(
     base_name: str, rl_name: str, tasks: int | None, max_new_tokens: int | None, batch_size: int | None,
-    device: str | None, seed: int, out_dir: Path | None, overrides: tuple[str, ...],
+    device: str | None, seed: int, out_dir: Path | None, force: bool, overrides: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Where does an RL model's greedy choice depart from its base model's (ReasonMaxxer's token shift)?
 
@@ -191,6 +211,10 @@ def shift(
     directory of `lrmgym run` (its newest checkpoint's weights loaded into the run's own policy; in a staged
     run, the latest stage's), or tiny (the shipped default model). Both must share one tokenizer. Decoding
     stops at EOS or --max-new-tokens (eval.stop is not applied) and covers the first turn of multi-turn envs.
+
+    \b
+    --out DIR: an existing shift.json or shift.png is replaced only with --force; into a run folder (a directory
+    of `lrmgym run`) only with --force, and never over the run's own files.
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     for token in overrides:
         key = token.partition("=")[0].split(".")[0]
@@ -205,7 +229,7 @@ def shift(
         cfg = resolve(overrides)
     except ConfigError as err:
         raise _UserError(str(err)) from None
-    outputs = _check_out(out_dir)
+    outputs = _check_out(out_dir, force)
     base_model, rl_model = _locate(base_name, "--base", device), _locate(rl_name, "--rl", device)
     from lrmgym.compose import build_env
     from lrmgym.eval.runner import select_tasks
@@ -234,15 +258,15 @@ def shift(
         _write(report, config, *outputs)
 
 
-def _check_out(out_dir: Path | None) -> tuple[Path, Path] | None:
+def _check_out(out_dir: Path | None, force: bool) -> tuple[Path, Path] | None:
     """``(shift.json, shift.png)`` under ``--out``, checked before any model is loaded."""
     if out_dir is None:
         return None
     from lrmgym.files import OutputPathError, check_output_file
 
+    names = ("shift.json", "shift.png")
     try:
-        return (check_output_file(out_dir / "shift.json", what="--out"),
-                check_output_file(out_dir / "shift.png", what="--out"))  # fmt: skip
+        return tuple(check_output_file(out_dir / n, what="--out", force=force, owned=names) for n in names)  # type: ignore[return-value]
     except OutputPathError as err:
         raise _UserError(str(err)) from None
 

@@ -29,6 +29,9 @@ import click
 
 __all__ = ["command", "run_openrlhf"]
 
+TRACES_NAME = "traces.jsonl"
+"""``export traces``' default output, in the run folder it reads."""
+
 
 class _UserError(click.ClickException):
     exit_code = 2
@@ -87,7 +90,11 @@ def _samples_file(source: Path) -> Path:
     "--by", type=click.Choice(["auto", "reward", "strength"]), default="auto", show_default=True,
     help="The score pairs are ranked by: auto is the arena strength in groups the arena routed, else the reward.",
 )  # fmt: skip
-def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: float, by: str) -> None:
+@click.option(
+    "--force", is_flag=True,
+    help="Replace an existing --out / --pairs file, or add --pairs (or another --out) to a run folder.",
+)  # fmt: skip
+def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: float, by: str, force: bool) -> None:
     """Write a run's logged rollouts with their verdicts as JSONL, one rollout per line.
 
     \b
@@ -106,15 +113,23 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
     the prompt is chat messages). In each group, the best rollout against each lower-scored one: at most
     G - 1 pairs per group, best vs worst among them. Ties, margins under --min-margin, completions identical
     to the best, repeated pairs and rollouts with another prompt (multi-turn transcripts) are skipped.
+
+    \b
+    An existing file is replaced only with --force. A run folder's own files (metrics.jsonl, config.yaml,
+    checkpoints/ ...) are never written, --force or not; a file other than RUN_DIR/traces.jsonl is added to a
+    run folder only with --force.
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     from lrmgym.files import OutputPathError, check_output_file
     from lrmgym.learners.export import TraceFileError, export_traces
 
     samples = _samples_file(run_dir)
-    out = out if out is not None else samples.parent / "traces.jsonl"
+    default = samples.parent / TRACES_NAME
+    out = out if out is not None else default
     try:
-        out_path = check_output_file(out, inputs=[samples], what="--out")
-        pairs_path = check_output_file(pairs, inputs=[samples], what="--pairs") if pairs is not None else None
+        out_path = check_output_file(out, inputs=[samples], what="--out", force=force, owned=(TRACES_NAME,),
+                                     default=os.path.realpath(out) == os.path.realpath(default))  # fmt: skip
+        pairs_path = (check_output_file(pairs, inputs=[samples], what="--pairs", force=force)
+                      if pairs is not None else None)  # fmt: skip
     except OutputPathError as err:
         raise _UserError(str(err)) from None
     if pairs_path is not None and os.path.realpath(pairs_path) == os.path.realpath(out_path):
@@ -179,7 +194,11 @@ def _split_out(overrides: tuple[str, ...], example: str) -> tuple[list[str], lis
 
 @command.command("openrlhf", context_settings={"ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
-@click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
+@click.option(
+    "--force", is_flag=True,
+    help="Replace DIR when it exists and is not empty (its files are deleted); never the current folder or one "
+    "above it, a run folder or a folder of runs. Also: make DIR inside a run folder.",
+)  # fmt: skip
 def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
     """Write what OpenRLHF needs to train a config into DIR, without launching it.
 
@@ -213,7 +232,11 @@ _VERL_KEYS = ("env", "judge", "eval", "run.seed")
 
 @command.command("verl", context_settings={"ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]... out=DIR")
-@click.option("--force", is_flag=True, help="Replace DIR when it exists and is not empty (its files are deleted).")
+@click.option(
+    "--force", is_flag=True,
+    help="Replace DIR when it exists and is not empty (its files are deleted); never the current folder or one "
+    "above it, a run folder or a folder of runs. Also: make DIR inside a run folder.",
+)  # fmt: skip
 @click.option(
     "--train-tasks", type=click.IntRange(min=1), default=1024, show_default=True,
     help="Rows of train.parquet: tasks 0 .. N-1 of the env's stream run.seed.",
@@ -256,14 +279,15 @@ def verl(overrides: tuple[str, ...], force: bool, train_tasks: int, test_tasks: 
     click.echo("python -m verl.trainer.main_ppo " + " ".join(shlex.quote(a) for a in result.overrides) + " ...")
 
 
-def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name: str) -> None:
+def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name: str, lock: Any = None) -> None:
     """``lrmgym run ... backend=openrlhf``: export into a new run directory and run its launch.sh.
 
     The config is checked first (a refusal writes nothing), then the machine: without CUDA GPUs and openrlhf
     (or, with backend.address, the ``ray`` command) it stops with one line and writes nothing. ``dry_run``
     exports into a temporary folder to print the exact command (its paths name the run directory it would
     create), writes nothing and launches nothing. ``resume_dir`` (``--resume``) runs that directory's
-    launch.sh again, which continues from its newest checkpoint.
+    launch.sh again, which continues from its newest checkpoint. ``lock(run_dir)``, when given, takes the run
+    directory's lock for the rest of the command (``lrmgym run`` holds it while launch.sh runs).
     """
     from lrmgym import __version__
     from lrmgym.configs.errors import ConfigError
@@ -314,6 +338,8 @@ def run_openrlhf(cfg: Any, resume_dir: Path | None, dry_run: bool, default_name:
             raise _MachineError(f"cannot write the run directory {str(run_dir)!r}: {err}; nothing was kept.") from None
         raise
     click.echo(f"run directory: {run_dir} (export.json says what each lrmgym key became)")
+    if lock is not None:
+        lock(run_dir)
     _launch(run_dir, None)
 
 

@@ -64,14 +64,17 @@ def _resolve(tokens: tuple[str, ...]) -> tuple[list[Any], Any | None]:
     default=None,
     help="Where to write the verdicts (default: INPUT with .verdicts.jsonl).",
 )
+@click.option("--force", is_flag=True, help="Replace an existing output file, or add it to a run folder.")
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
-def command(input_path: Path, output_path: Path | None, overrides: tuple[str, ...]) -> None:  # fmt: skip
+def command(input_path: Path, output_path: Path | None, force: bool, overrides: tuple[str, ...]) -> None:  # fmt: skip
     """Score a JSONL of completions with judges and write one verdict per line.
 
     OVERRIDES choose the judges and, optionally, the env whose verifier runs first, e.g.
     `env=math judge=[accuracy,format_strict] judge.format_strict.weight=0.5`. Without env=..., the
     accuracy and arena judges use each record's `score` field. Judge failures (an endpoint down) are
-    recorded as ungradeable verdicts and counted; they do not stop the command.
+    recorded as ungradeable verdicts and counted; they do not stop the command. An existing output file is
+    replaced only with --force; a run folder's own files (metrics.jsonl, samples.jsonl ...) never are, and a
+    new file goes into a run folder only with --force.
     """
     from lrmgym.files import OutputPathError, check_output_file
     from lrmgym.judges.scoring import JudgeInputError, judge_file
@@ -79,7 +82,7 @@ def command(input_path: Path, output_path: Path | None, overrides: tuple[str, ..
     judge_configs, env_config = _resolve(overrides)
     out = output_path or input_path.with_name(input_path.name.removesuffix(".jsonl") + ".verdicts.jsonl")
     try:  # before any judge or env is built: a bad output path costs nothing
-        check_output_file(out, inputs=[input_path], what="--output")
+        check_output_file(out, inputs=[input_path], what="--output", force=force)
     except OutputPathError as err:
         raise _UserError(str(err)) from None
     judges = [cfg.build() for cfg in judge_configs]

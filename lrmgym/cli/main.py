@@ -230,6 +230,22 @@ def _fresh_dir(cfg: Any, default: str) -> Path:
         raise UserError(str(err)) from None
 
 
+def _missing_folders(cfg: Any) -> list[Path]:
+    """run.output_dir and the folders above it that do not exist yet, innermost first."""
+    out = Path(cfg.run.output_dir).absolute()
+    return [p for p in (out, *out.parents) if not p.exists()]
+
+
+def _remove_made(run_dir: Path, made: list[Path]) -> None:
+    """Remove a new run directory that holds nothing of value, and the empty folders made for it."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in made:
+        try:
+            folder.rmdir()  # only while empty: another command may have written there meanwhile
+        except OSError:
+            break
+
+
 def _check_name_free(cfg: Any) -> None:
     """Fail fast, before anything is built, when run.name names an existing directory."""
     if cfg.run.name and (Path(cfg.run.output_dir) / cfg.run.name).exists():
@@ -266,8 +282,20 @@ def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
         if not isinstance(raw, dict):
             raise ConfigError("expected a mapping of sections (env:, learner:, ...)")
         return resolve_dict(raw), raw
-    except (ConfigError, yaml.YAMLError, UnicodeDecodeError) as err:
+    except yaml.YAMLError as err:
+        raise UserError(
+            f"--resume: {config_path} is not valid YAML ({yaml_problem(err)}); fix the file; run.json beside it holds "
+            "the config the run was started with."
+        ) from None
+    except (ConfigError, UnicodeDecodeError) as err:
         raise UserError(f"--resume: {config_path}: {err}") from None
+
+
+def yaml_problem(err: Exception) -> str:
+    """A YAML parser's error in one line: what it expected and where (``line L, column C``)."""
+    problem = getattr(err, "problem", None) or (str(err).splitlines() or ["unreadable"])[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 @cli.command(
@@ -282,10 +310,30 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
 
     OVERRIDES are GROUP=PRESET and dotted.key=VALUE tokens; see `lrmgym config presets` and
     `lrmgym config show`. The run directory gets the resolved config, metrics, samples, checkpoints and plots.
-    SIGTERM or Ctrl-C stops after the current step with a checkpoint; `--resume RUN_DIR` continues.
+    SIGTERM or Ctrl-C stops after the current step with a checkpoint; `--resume RUN_DIR` continues. One
+    process at a time trains in a run directory (it holds RUN_DIR/run.lock): a `--resume` of a live run is
+    refused, naming its PID; the lock dies with its process, so a resume after a kill works.
     With backend=openrlhf the run directory gets the OpenRLHF export (see `lrmgym export openrlhf --help`)
     and its launch.sh runs, on a machine with CUDA GPUs and openrlhf installed.
     """
+    with contextlib.ExitStack() as held:
+        _run(overrides, resume_dir, dry_run, held)
+
+
+def _lock(run_dir: Path, held: contextlib.ExitStack) -> None:
+    """Hold ``run_dir``'s lock until ``held`` closes; one ``Error:`` line when another process holds it."""
+    from lrmgym.files import describe_os_error
+    from lrmgym.learners.rundir import RunDirLocked, lock_run_dir
+
+    try:
+        held.enter_context(lock_run_dir(run_dir))
+    except RunDirLocked as err:
+        raise UserError(str(err)) from None
+    except OSError as err:  # a read-only folder, a full disk: the run could not write its logs either
+        raise EnvironmentFailure(f"cannot lock {run_dir} for this run: {describe_os_error(err)}.") from None
+
+
+def _run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool, held: contextlib.ExitStack) -> None:
     from lrmgym.learners.resume import ResumeConfigError, check_config, read_run_record
 
     if resume_dir is not None:
@@ -295,6 +343,8 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
                 "(edit RUN_DIR/config.yaml deliberately if you must change it)."
             )
         cfg, raw = _load_saved(resume_dir)
+        if not dry_run:
+            _lock(resume_dir, held)  # before anything is written or said: a live run keeps its folder to itself
         try:
             record = read_run_record(resume_dir)
             changed, notes = check_config(raw, cfg.to_dict(), record["config"] if record else None)
@@ -310,7 +360,7 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
     if getattr(cfg.backend, "kind", "native") != "native":
         from lrmgym.cli.export_cmd import run_openrlhf
 
-        run_openrlhf(cfg, resume_dir, dry_run, _default_name(cfg, "run"))
+        run_openrlhf(cfg, resume_dir, dry_run, _default_name(cfg, "run"), lock=lambda d: _lock(d, held))
         return
     if dry_run:
         raise UserError("--dry-run prints the launch command of backend=openrlhf; a native run has none to print.")
@@ -319,10 +369,10 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
             f"learner.kind: the {cfg.learner.kind!r} learner cannot train in this build (its config has no build(ctx))."
         )
     with _sigterm_as_interrupt():  # a scheduler's stop or `docker stop`: as Ctrl-C (the loop saves, then exits)
-        _train(cfg, resume_dir)
+        _train(cfg, resume_dir, held)
 
 
-def _train(cfg: Any, resume_dir: Path | None) -> None:
+def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> None:
     from lrmgym.compose import prepare
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.files import atomic_write_text
@@ -331,8 +381,10 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
 
     new = resume_dir is None
     run_dir = resume_dir
+    made = _missing_folders(cfg) if new else []
     if new:
         run_dir = _fresh_dir(cfg, _default_name(cfg, "run"))
+        _lock(run_dir, held)  # a new directory: no one else holds it
     try:
         if new:
             atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
@@ -345,8 +397,8 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
         if callable(setup):
             setup()
     except BaseException as err:
-        if new:  # nothing of value was written: leave no half-made run directory behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if new:  # nothing of value was written: leave no half-made run directory (nor runs/ made for it) behind
+            _remove_made(run_dir, made)
         if isinstance(err, (FileNotFoundError, ConfigError, ValueError)):  # e.g. a bad data file or model folder
             raise UserError(str(err)) from None
         if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
@@ -431,12 +483,13 @@ def eval_(overrides: tuple[str, ...]) -> None:
         policy = build_policy(cfg)
     except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder ...
         raise UserError(str(err)) from None
+    made = _missing_folders(cfg)
     out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
     try:
         atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
         report = evaluate(env, policy, cfg.eval, out_dir)
     except BaseException as err:
-        shutil.rmtree(out_dir, ignore_errors=True)  # no half-made results
+        _remove_made(out_dir, made)  # no half-made results
         if isinstance(err, OSError) and _is_disk_full(err, Path(cfg.run.output_dir)):
             raise _disk_full(err, None) from None
         if isinstance(err, KeyboardInterrupt):

@@ -34,16 +34,18 @@ class _UserError(click.ClickException):
     type=click.IntRange(min=0),
     help="Trajectories embedded at most (whole logged groups, spread evenly over the run).",
 )
-def command(run_dir: Path, out: Path | None, max_samples: int) -> None:
+@click.option("--force", is_flag=True, help="Replace an existing page, or write --out into a run folder.")
+def command(run_dir: Path, out: Path | None, max_samples: int, force: bool) -> None:
     """Write RUN_DIR's report: one HTML file that needs no network (default RUN_DIR/report.html).
 
-    RUN_DIR is a directory made by `lrmgym run` (any learner; a staged run with its stages/ folders too).
+    RUN_DIR is a directory made by `lrmgym run` (any learner; a staged run with its stages/ folders too), also
+    while it trains. An existing page is replaced only with --force; the run's own files never are.
     """
     from lrmgym.files import OutputPathError, describe_os_error
     from lrmgym.report import ReportError, write_report
 
     try:
-        path, report = write_report(run_dir, out, max_rows=max_samples)
+        path, report = write_report(run_dir, out, max_rows=max_samples, force=force)
     except (ReportError, OutputPathError) as err:
         raise _UserError(str(err)) from None
     except OSError as err:  # a full disk, a folder that cannot be created: the machine's, not the user's

@@ -1111,7 +1111,18 @@ def _swap_into_place(tmp: Path, out_dir: Path, force: bool) -> None:
 
 
 def check_out_dir(out_dir: Path, force: bool) -> None:
-    """Refuse an export folder that is a file, or a non-empty folder without ``force``."""
+    """Refuse an export folder that is a file, or a non-empty folder without ``force``.
+
+    Never replaced, ``force`` or not: the current folder or one above it (a shell stands in it), a run folder
+    or a folder holding one (``runs/``); a new folder inside a run folder needs ``force``. An earlier export
+    (:func:`lrmgym.files.check_output_dir`) is replaced with ``force``.
+    """
+    from lrmgym.files import OutputPathError, check_output_dir
+
+    try:
+        check_output_dir(out_dir, force=force, what="out")
+    except OutputPathError as err:
+        raise ExportError(str(err)) from None
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"out: {str(out_dir)!r} is a file; give a folder (it is created).")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
@@ -1149,10 +1160,13 @@ def export_openrlhf(
         ConfigError: The config cannot be expressed for OpenRLHF (before anything is written).
         ExportError: ``out_dir`` cannot be written, or a writer returned something unusable.
     """
-    out_dir = Path(out_dir)
-    root_dir = Path(os.path.abspath(root if root is not None else out_dir))
+    given = Path(out_dir)
+    root_dir = Path(os.path.abspath(root if root is not None else given))
     plan(cfg)  # every refusal before anything is written
-    check_out_dir(out_dir, force)
+    check_out_dir(given, force)
+    # Absolute from here: a writer returns the paths it wrote, which a relative folder would make relative to
+    # the working directory, not to the temporary folder.
+    out_dir = Path(os.path.abspath(given))
     write_data, write_plugins = writers or _default_writers()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -1226,7 +1240,7 @@ def export_openrlhf(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ExportResult(out_dir=out_dir, command=command, plan=launch, files=files, warnings=warnings)
+    return ExportResult(out_dir=given, command=command, plan=launch, files=files, warnings=warnings)
 
 
 def _relocated(value: Any, tmp: Path, root: Path) -> Any:

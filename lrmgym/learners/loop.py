@@ -36,6 +36,7 @@ from lrmgym.learners.rundir import (
     JsonlLog,
     atomic_write_json,
     capture_rng,
+    lock_run_dir,
     plot_metrics,
     restore_rng,
 )
@@ -272,20 +273,25 @@ class Loop:
         self._set_up = True
 
     def run(self, resume: bool = False) -> dict[str, Any]:
-        """Run (or continue) training; returns the summary."""
-        status = "failed"
-        keep_freed_memory()  # page-fault-free reuse of activations on CPU (lrmgym.learners.common)
-        self.setup()
-        try:
-            summary = self._run(resume)
-            status = summary["status"]
-            return summary
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            self.trackers.close(status)
-            self.algorithm.close()
+        """Run (or continue) training; returns the summary.
+
+        The run directory is locked for the whole run (:func:`~lrmgym.learners.rundir.lock_run_dir`):
+        :class:`~lrmgym.learners.rundir.RunDirLocked` when another process trains in it.
+        """
+        with lock_run_dir(self.run_dir):
+            status = "failed"
+            keep_freed_memory()  # page-fault-free reuse of activations on CPU (lrmgym.learners.common)
+            self.setup()
+            try:
+                summary = self._run(resume)
+                status = summary["status"]
+                return summary
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise
+            finally:
+                self.trackers.close(status)
+                self.algorithm.close()
 
     def _run(self, resume: bool) -> dict[str, Any]:
         if resume:

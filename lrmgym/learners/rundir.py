@@ -10,19 +10,29 @@ Layout (see DESIGN.md "Runs")::
     run_dir/plots/metrics.png    reward, accuracy, length and KL against step
     run_dir/summary.json         before/after results, wall time, status
     run_dir/tracking.json        with run.report_to: the trackers' run ids (tensorboard/, wandb/, mlruns/ beside it)
+    run_dir/run.lock             while a process trains in it: that process's PID (see :func:`lock_run_dir`)
 
 Crash safety: whole files are written to a temporary sibling, fsynced, then renamed over the target (rename
 is atomic on POSIX), so a reader sees the old or the new file, never half of one. The JSONL logs are
 appended and fsynced line by line; a SIGKILL can leave a torn last line, which :meth:`JsonlLog.truncate`
 drops on resume together with every line past the checkpoint's step.
+
+One writer: a process that trains in a run directory holds an exclusive ``flock`` on ``run.lock`` in it for the
+whole run (stages and rollout workers included); a second ``lrmgym run --resume`` of it is refused while the
+first lives. The kernel drops the lock when its holder exits, however it exits (SIGKILL included), so a resume
+after a kill needs no clean-up.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import random
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,12 +46,109 @@ __all__ = [
     "Checkpointer",
     "CorruptCheckpointError",
     "JsonlLog",
+    "RUN_LOCK",
+    "RunDirLocked",
     "atomic_write_bytes",
     "atomic_write_json",
     "capture_rng",
+    "lock_run_dir",
     "plot_metrics",
     "restore_rng",
 ]
+
+
+RUN_LOCK = "run.lock"
+"""The lock file of a run directory: flocked by the process training in it, holding that process's PID."""
+
+
+class RunDirLocked(RuntimeError):
+    """Another process is training in the run directory (the message names its PID)."""
+
+    def __init__(self, run_dir: Path, pid: int | None) -> None:
+        self.run_dir, self.pid = Path(run_dir), pid
+        who = f"process {pid}" if pid else "another process"
+        stop = f"stop it (kill {pid})" if pid else "stop it"
+        super().__init__(
+            f"{str(self.run_dir)!r} is in use: {who} is training in it (it holds {RUN_LOCK}); two writers would "
+            f"corrupt its logs and checkpoints. Wait for that run to end or {stop}, then resume."
+        )
+
+
+_held: dict[str, tuple[int, int]] = {}  # realpath of a locked run directory -> (fd of its run.lock, depth)
+_held_guard = threading.Lock()
+
+
+def _held_by_us(real: str) -> str | None:
+    """The run directory this process holds that is ``real`` or one of its ancestors (a staged run's stage)."""
+    path = Path(real)
+    for candidate in (path, *path.parents):
+        if str(candidate) in _held:
+            return str(candidate)
+    return None
+
+
+def _lock_holder(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _acquire(run_dir: Path) -> int:
+    """An fd of ``run_dir/run.lock`` with an exclusive flock on it and this PID written in it."""
+    path = run_dir / RUN_LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunDirLocked(run_dir, _lock_holder(path)) from None
+            raise
+        try:  # a holder that ended between our open and flock unlinked the file we locked: lock the new one
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: str | os.PathLike) -> Iterator[Path]:
+    """Hold the run directory's lock while the block runs; :class:`RunDirLocked` if another process holds it.
+
+    Re-entrant within a process: a block inside another one on the same directory, or on a directory below a
+    held one (a staged run's stage folder), holds nothing more. The lock is an exclusive, non-blocking ``flock``
+    on ``run_dir/run.lock``, which holds the PID of its holder and is removed when the outermost block ends; the
+    kernel releases it when the process dies, so a killed run leaves a stale file that locks nothing. Programs it
+    starts (a rollout worker, a sandbox) do not inherit it: the file is opened close-on-exec.
+    """
+    run_dir = Path(run_dir)
+    real = os.path.realpath(run_dir)
+    with _held_guard:
+        key = _held_by_us(real)
+        if key is None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            key, fd, depth = real, _acquire(run_dir), 0
+        else:
+            fd, depth = _held[key]
+        _held[key] = (fd, depth + 1)
+    try:
+        yield run_dir
+    finally:
+        with _held_guard:
+            fd, depth = _held.pop(key)
+            if depth > 1:
+                _held[key] = (fd, depth - 1)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(key, RUN_LOCK))  # while still locked: no one holds a deleted file
+                os.close(fd)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

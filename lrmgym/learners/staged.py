@@ -29,7 +29,7 @@ import torch
 
 from lrmgym.learners.common import derived_seed
 from lrmgym.learners.context import RunContext
-from lrmgym.learners.rundir import Checkpointer, atomic_torch_save, atomic_write_json
+from lrmgym.learners.rundir import Checkpointer, atomic_torch_save, atomic_write_json, lock_run_dir
 
 __all__ = ["Stage", "StageRecord", "StagedRun", "newest_checkpoint"]
 
@@ -170,7 +170,14 @@ class StagedRun:
 
     # ------------------------------------------------------------------------------------------ the run
     def run(self, resume: bool = False) -> dict[str, Any]:
-        """Run the stages not yet finished; returns the run's summary (also ``summary.json``)."""
+        """Run the stages not yet finished; returns the run's summary (also ``summary.json``).
+
+        The run directory is locked for the whole run, every stage included (a stage's loop holds nothing more).
+        """
+        with lock_run_dir(self.ctx.run_dir):
+            return self._run(resume)
+
+    def _run(self, resume: bool) -> dict[str, Any]:
         if resume:
             self._check_layout()
         for index, stage in enumerate(self.stages):

@@ -13,6 +13,7 @@ model output is escaped.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,13 +52,17 @@ def _build(run: RunData, max_rows: int, max_bytes: int) -> Report:
 
 
 def write_report(
-    run_dir: str | Path, out: str | Path | None = None, max_rows: int = DEFAULT_MAX_ROWS
+    run_dir: str | Path, out: str | Path | None = None, max_rows: int = DEFAULT_MAX_ROWS, force: bool = True
 ) -> tuple[Path, Report]:
     """Build the report of ``run_dir`` and write it (atomically) to ``out``, default ``run_dir/report.html``.
 
+    ``force``: replace an existing ``out``, and allow an ``out`` in a run folder other than the default
+    (:func:`lrmgym.files.check_output_file`).
+
     Raises:
         ReportError: As :func:`build_report`.
-        lrmgym.files.OutputPathError: ``out`` is one of the run's files, a directory, a device ...
+        lrmgym.files.OutputPathError: ``out`` is one of the run's files, a directory, a device, an existing file
+            without ``force`` ...
     """
     from lrmgym.files import atomic_write_bytes, check_output_file
 
@@ -65,7 +70,9 @@ def write_report(
     target = Path(out) if out is not None else run.path / REPORT_NAME
     inputs = [run.path / n for n in ("config.yaml", "run.json", "summary.json")]
     inputs += [p for part in run.parts for p in part.folder.glob("*.json*")]
-    check_output_file(target, inputs=[p for p in inputs if p.is_file()], what="--out")
+    default = os.path.realpath(target) == os.path.realpath(run.path / REPORT_NAME)
+    check_output_file(target, inputs=[p for p in inputs if p.is_file()], what="--out", force=force,
+                      owned=(REPORT_NAME,), default=default)  # fmt: skip
     report = _build(run, max_rows, DEFAULT_MAX_BYTES)
     atomic_write_bytes(target, report.html.encode("utf-8", errors="replace"))  # a lone surrogate becomes "?"
     return target, report

@@ -149,3 +149,65 @@ def test_a_learner_with_a_policy_it_cannot_train_is_a_user_error(tmp_path):
     assert result.output.splitlines()[-1].startswith("Error: learner=grpo needs a trainable policy")
     assert "Use policy=tiny or policy=hf." in result.output
     assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_a_refused_run_leaves_no_output_folder_it_made(tmp_path):
+    runs = tmp_path / "new" / "runs"
+    missing = tmp_path / "no-such-model"
+    result = CliRunner().invoke(
+        cli, ["run", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={runs}"]
+    )
+    assert result.exit_code == 2 and "is not a folder" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither runs/ nor the new/ above it
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    result = CliRunner().invoke(
+        cli, ["run", "env=echo", "policy=hf", f"policy.model={missing}", f"run.output_dir={kept}"]
+    )
+    assert result.exit_code == 2 and kept.is_dir()  # a folder that was there stays
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [("env: {id: lrmgym/Math-v0\nlearner: [\n", "line 2, column 8"), ("env:\n  id: x\nlearner:\n  lr: [1\n", "line 5")],
+)
+def test_a_broken_config_yaml_on_resume_is_one_clear_line(tmp_path, text, where):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(text)
+    result = CliRunner().invoke(cli, ["run", "--resume", str(run)])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    line = result.output.strip()
+    assert line.startswith(f"Error: --resume: {run / 'config.yaml'} is not valid YAML (") and where in line, line
+    assert line.endswith("fix the file; run.json beside it holds the config the run was started with.")
+    # analyze shift reads a run's config.yaml too
+    result = CliRunner().invoke(cli, ["analyze", "shift", "--base", "tiny", "--rl", str(run), "env=math"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "is not valid YAML (" in result.output and where in result.output
+
+
+def test_analyze_shift_names_the_merged_model_of_a_reason_maxxer_run(tmp_path):
+    import torch
+
+    from lrmgym.configs.resolve import resolve
+
+    run = tmp_path / "rm"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(resolve(("env=math", "learner=reason_maxxer", "policy=tiny")).to_yaml())
+    torch.save({"adapter": {}, "step": 4}, run / "checkpoints" / "step_000004.pt")
+    result = CliRunner().invoke(cli, ["analyze", "shift", "--base", "tiny", "--rl", str(run), "env=math"])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line == (
+        f"Error: --rl: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; it has no "
+        f"merged model ({run / 'merged'}): train it with learner.merge=true, then give --rl {run / 'merged'}."
+    )
+    (run / "merged").mkdir()
+    (run / "merged" / "config.json").write_text("{}")
+    result = CliRunner().invoke(cli, ["analyze", "shift", "--base", "tiny", "--rl", str(run), "env=math"])
+    line = result.output.strip().splitlines()[-1]
+    assert line == (
+        f"Error: --rl: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; give its "
+        f"merged model: --rl {run / 'merged'}."
+    )

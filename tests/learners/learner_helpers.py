@@ -128,3 +128,26 @@ def make_loop(cfg: Any, run_dir: Path, setup: bool = False) -> Any:
     if setup:
         loop.algorithm.setup()
     return loop
+
+
+_TRY_LOCK = (
+    "import sys\n"
+    "from lrmgym.learners.rundir import RunDirLocked, lock_run_dir\n"
+    "try:\n"
+    "    with lock_run_dir(sys.argv[1]):\n"
+    "        print('free')\n"
+    "except RunDirLocked as err:\n"
+    "    print(err)\n"
+)
+
+
+def lock_seen_from_another_process(run_dir: Path) -> str:
+    """What a second process trying to lock ``run_dir`` meets: ``free``, or the refusal's message."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _TRY_LOCK, str(run_dir)], capture_output=True, text=True,
+                          timeout=120, env=env, check=True)  # fmt: skip
+    return done.stdout.strip()

@@ -142,3 +142,24 @@ def test_a_resumed_async_run_matches_an_uninterrupted_one(tmp_path):
     assert [m["step"] for m in b] == [1, 2, 3, 4]
     assert a[-1]["reward/mean"] != a[0]["reward/mean"] or a[-1]["loss"] != a[0]["loss"]  # it trained
     assert b == a
+
+
+def test_the_trainer_holds_the_run_directory_lock_for_itself_and_its_rollout_worker(tmp_path, monkeypatch):
+    from learner_helpers import lock_seen_from_another_process
+
+    from lrmgym.learners.loop import Loop
+
+    seen, real = [], Loop.train_step
+
+    def step_and_look(self):
+        out = real(self)
+        if self.step == 2:  # the worker is sampling step 3 now
+            assert _alive(self.algorithm.worker.pid)
+            seen.append(lock_seen_from_another_process(tmp_path))
+        return out
+
+    monkeypatch.setattr(Loop, "train_step", step_and_look)
+    train(run_config(_learner(async_rollouts=True)), tmp_path, resume=False)
+    assert len(seen) == 1 and seen[0].startswith(f"'{tmp_path}' is in use: process {os.getpid()} is training in it")
+    assert lock_seen_from_another_process(tmp_path) == "free"  # released when the run ended
+    assert not (tmp_path / "run.lock").exists()

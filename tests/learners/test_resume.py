@@ -151,3 +151,46 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
     steps = [m["step"] for m in _stable(run_dir / "metrics.jsonl")]
     assert steps == list(range(1, summary["steps"] + 1)) and 2 <= summary["steps"] < 500
     assert (run_dir / "checkpoints" / f"step_{summary['steps']:06d}.pt").exists()
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def test_resume_of_a_live_run_is_refused_naming_its_pid_then_works_after_sigkill(tmp_path):
+    from click.testing import CliRunner
+
+    from lrmgym.cli.main import cli
+
+    model = save_tiny_hf(tmp_path / "model", seed=1)
+    run_dir = tmp_path / "run"
+    _write_run_dir(run_dir, model, steps=500)
+    live = subprocess.Popen(_cli("run", "--resume", str(run_dir)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not list((run_dir / "checkpoints").glob("step_*.pt")) and live.poll() is None:
+            assert time.monotonic() < deadline, "the live run saved no checkpoint in 180 s"
+            time.sleep(0.02)
+        assert live.poll() is None, live.stderr.read().decode()[-2000:]
+        live.send_signal(signal.SIGSTOP)  # frozen, so that its own writes cannot change the files compared below
+        before = _tree(run_dir)
+        second = CliRunner().invoke(cli, ["run", "--resume", str(run_dir)])
+        assert second.exit_code != 0, second.output
+        assert second.output.strip().splitlines() == [
+            f"Error: {str(run_dir)!r} is in use: process {live.pid} is training in it (it holds run.lock); two "
+            f"writers would corrupt its logs and checkpoints. Wait for that run to end or stop it (kill {live.pid}), "
+            "then resume."
+        ]
+        assert _tree(run_dir) == before  # nothing written
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait(timeout=30)
+    # The kernel released the dead run's lock: a resume continues it (to the checkpoint's step: a short run).
+    done = max(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_*.pt"))
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg["learner"]["steps"] = done + 1
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    resumed = CliRunner().invoke(cli, ["run", "--resume", str(run_dir)])
+    assert resumed.exit_code == 0, resumed.output
+    assert [m["step"] for m in _stable(run_dir / "metrics.jsonl")] == list(range(1, done + 2))
+    assert not (run_dir / "run.lock").exists()

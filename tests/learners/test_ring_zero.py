@@ -229,3 +229,25 @@ def test_a_resume_may_append_stages_but_not_reorder_them(tmp_path):
     assert (tmp_path / "stages/01-rl1/metrics.jsonl").read_bytes() == rl1_metrics  # no step trained again
     with pytest.raises(ValueError, match="02-sd"):
         _run(_config("[rl1,rl2]"), tmp_path, resume=True)
+
+
+def test_a_staged_run_holds_its_directory_lock_through_every_stage(tmp_path, monkeypatch):
+    import os
+
+    from learner_helpers import lock_seen_from_another_process
+
+    seen, real = {}, loop_module.Loop.train_step
+
+    def step_and_look(self):
+        if self.step == 0:
+            seen[self.run_dir.name] = (lock_seen_from_another_process(tmp_path), (self.run_dir / "run.lock").exists())
+        return real(self)
+
+    monkeypatch.setattr(loop_module.Loop, "train_step", step_and_look)
+    _run(_config("[rl1,rl2]", rl1={"steps": 1}, rl2={"steps": 1}), tmp_path)
+    refused = f"'{tmp_path}' is in use: process {os.getpid()} is training in it"
+    assert {k: (v[0].startswith(refused), v[1]) for k, v in seen.items()} == {
+        "01-rl1": (True, False),
+        "02-rl2": (True, False),  # one lock, the run directory's; none in a stage folder
+    }
+    assert not (tmp_path / "run.lock").exists()
