@@ -244,12 +244,17 @@ def _disk_full(err: OSError, run_dir: Path | None) -> EnvironmentFailure:
     where = f" writing {err.filename}" if err.filename else ""
     text = f"{describe_os_error(err)}{where}."
     if run_dir is not None and run_dir.is_dir():
-        from lrmgym.learners.staged import newest_checkpoint
-
-        point = newest_checkpoint(run_dir)
-        kept = f"its newest checkpoint ({point}) is intact" if point else "it has no checkpoint yet"
-        text += f" The run in {run_dir} stopped; {kept}. Free some space, then: lrmgym run --resume {run_dir}"
+        text += f" {_stopped(run_dir)}. Free some space, then: lrmgym run --resume {run_dir}"
     return EnvironmentFailure(text)
+
+
+def _stopped(run_dir: Path) -> str:
+    """``The run in DIR stopped; its newest checkpoint (step 40) is intact`` (or that it has none yet)."""
+    from lrmgym.learners.staged import newest_checkpoint
+
+    point = newest_checkpoint(run_dir)
+    kept = f"its newest checkpoint ({point}) is intact" if point else "it has no checkpoint yet"
+    return f"The run in {run_dir} stopped; {kept}"
 
 
 def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
@@ -326,6 +331,7 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
     from lrmgym.compose import prepare
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.files import atomic_write_text
+    from lrmgym.learners.async_rollout import RolloutWorkerLost
     from lrmgym.learners.resume import write_run_record
     from lrmgym.learners.rundir import CorruptCheckpointError
 
@@ -361,6 +367,8 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
         loop.run(resume=not new)
     except CorruptCheckpointError as err:
         raise EnvironmentFailure(str(err)) from None
+    except RolloutWorkerLost as err:  # killed (the OOM killer) or stopped: the trainer's state is the last step's
+        raise EnvironmentFailure(f"{err} {_stopped(run_dir)}. Resume with: lrmgym run --resume {run_dir}") from None
     except OSError as err:
         if _is_disk_full(err, run_dir):
             raise _disk_full(err, run_dir) from None

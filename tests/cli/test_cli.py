@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 import subprocess
 
@@ -149,3 +150,49 @@ def test_a_learner_with_a_policy_it_cannot_train_is_a_user_error(tmp_path):
     assert result.output.splitlines()[-1].startswith("Error: learner=grpo needs a trainable policy")
     assert "Use policy=tiny or policy=hf." in result.output
     assert not runs.exists() or list(runs.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------ a lost rollout worker
+_ASYNC_RUN = (
+    "env=echo", "learner=grpo", "learner.async_rollouts=true", "learner.steps=4", "learner.prompts_per_step=2",
+    "learner.group_size=2", "learner.max_new_tokens=6", "learner.eval_before_after=false", "learner.progress=false",
+    "learner.checkpoint_every=1", "learner.time_budget_s=null", "learner.track_kl=false",
+)  # fmt: skip
+
+
+def test_a_killed_rollout_worker_is_one_error_line_with_the_resume_command(tmp_path, monkeypatch):
+    # SIGKILL of the async worker (what the out-of-memory killer does) during step 3's collection: one line, exit
+    # 1, naming what happened, the newest checkpoint and the exact resume command; and that command finishes it.
+    import os
+    import signal
+
+    from lrmgym.learners import onpolicy
+    from lrmgym.learners.async_rollout import RolloutWorker
+
+    monkeypatch.setattr(onpolicy, "usable_cpus", lambda: 2)  # async even where this process may use one CPU
+    results = {"calls": 0}
+    original = RolloutWorker.result
+
+    def result_then_kill(self):
+        results["calls"] += 1
+        if results["calls"] == 3:
+            os.kill(self.pid, signal.SIGKILL)
+        return original(self)
+
+    monkeypatch.setattr(RolloutWorker, "result", result_then_kill)
+    run_dir = tmp_path / "runs" / "r"
+    result = CliRunner().invoke(cli, ["run", *_ASYNC_RUN, f"run.output_dir={tmp_path / 'runs'}", "run.name=r"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    last = result.output.splitlines()[-1]
+    assert re.fullmatch(
+        r"Error: The rollout worker \(pid \d+\) was killed by SIGKILL during (rollout|sending a rollout request) "
+        r"\(the out-of-memory killer, or a kill -9\)\. The run in (\S+) stopped; its newest checkpoint \(step 2\) is "
+        rf"intact\. Resume with: lrmgym run --resume {re.escape(str(run_dir))}",
+        last,
+    ), last
+    monkeypatch.setattr(RolloutWorker, "result", original)
+    resumed = CliRunner().invoke(cli, ["run", "--resume", str(run_dir)])
+    assert resumed.exit_code == 0, resumed.output
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
