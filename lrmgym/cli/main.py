@@ -334,6 +334,7 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
     from lrmgym.learners.async_rollout import RolloutWorkerLost
     from lrmgym.learners.resume import write_run_record
     from lrmgym.learners.rundir import CorruptCheckpointError
+    from lrmgym.policies.base import MissingPackageError
 
     new = resume_dir is None
     run_dir = resume_dir
@@ -355,6 +356,8 @@ def _train(cfg: Any, resume_dir: Path | None) -> None:
             shutil.rmtree(run_dir, ignore_errors=True)
         if isinstance(err, (FileNotFoundError, ConfigError, ValueError)):  # e.g. a bad data file or model folder
             raise UserError(str(err)) from None
+        if isinstance(err, MissingPackageError):  # e.g. policy=vllm where vllm is not installed
+            raise EnvironmentFailure(str(err)) from None
         if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
             raise _disk_full(err, None if new else run_dir) from None
         if isinstance(err, KeyboardInterrupt):
@@ -432,13 +435,17 @@ def eval_(overrides: tuple[str, ...]) -> None:
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.eval.runner import evaluate, print_report
     from lrmgym.files import atomic_write_text
+    from lrmgym.policies.base import MissingPackageError
+    from lrmgym.policies.openai import PolicyRequestError
 
     _check_name_free(cfg)
     try:
         env = build_env(cfg)
         policy = build_policy(cfg)
-    except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder ...
+    except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder, device ...
         raise UserError(str(err)) from None
+    except MissingPackageError as err:  # e.g. policy=vllm where vllm is not installed
+        raise EnvironmentFailure(str(err)) from None
     out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
     try:
         atomic_write_text(out_dir / "config.yaml", cfg.to_yaml())
@@ -450,9 +457,19 @@ def eval_(overrides: tuple[str, ...]) -> None:
         if isinstance(err, KeyboardInterrupt):
             click.echo("\nInterrupted; no results were kept.", err=True)
             sys.exit(130)
+        if isinstance(err, PolicyRequestError):  # the policy's server is down, refuses the model, ...
+            where = getattr(cfg.policy, "base_url", None)
+            hint = f" Is a server running at policy.base_url={where!r}?" if where else ""
+            text = f"policy={cfg.policy.kind}: {_one_line(err)}.{hint} No results were kept."
+            raise EnvironmentFailure(text) from None
         raise
     print_report(report)
     click.echo(f"results: {out_dir}")
+
+
+def _one_line(err: BaseException) -> str:
+    """An error's message on one line (a server's reply may span several), without its closing full stop."""
+    return " ".join(str(err).split()).rstrip(".")
 
 
 def main() -> None:

@@ -62,14 +62,51 @@ def dtype_kwarg() -> str:
     return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
 
 
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to :class:`torch.device`."""
+def resolve_device(device: str, key: str = "policy.device") -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else as :class:`torch.device`, if this machine has it.
+
+    Raises:
+        ValueError: ``device`` is no device, or one this machine (or this torch build) lacks: one line naming
+            ``key``, the value, what is missing and the fix.
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'.") from err
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"{key}={device!r} is not a device; expected auto, cpu, cuda, cuda:N or mps.") from err
+    missing = _missing_device(resolved)
+    if missing is not None:
+        why, fix = missing
+        raise ValueError(f"{key}={device!r}: {why}; {fix.format(key=key)}.")
+    return resolved
+
+
+def _missing_device(device: torch.device) -> tuple[str, str] | None:
+    """Why this machine cannot run on ``device`` and the fix (with ``{key}``), or ``None`` when it can."""
+    use_cpu = "use {key}=cpu, or auto (a GPU when there is one)"
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            return (
+                f"this torch ({torch.__version__}) is built without CUDA",
+                use_cpu + ", or install a CUDA build of torch",
+            )
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return "torch sees no CUDA GPU here (none, no driver, or CUDA_VISIBLE_DEVICES hides them)", use_cpu
+        if device.index is not None and device.index >= count:
+            listed = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+            return (
+                f"this machine has {count} CUDA GPU{'s' if count > 1 else ''} ({listed})",
+                "use one of them, or {key}=cpu",
+            )
+        return None
+    if device.type == "mps":
+        return None if torch.backends.mps.is_available() else ("torch has no MPS (Apple-silicon GPU) here", use_cpu)
+    available = getattr(getattr(torch, device.type, None), "is_available", None)
+    return None if callable(available) and available() else (f"torch has no {device.type} device here", use_cpu)
 
 
 class HFPolicy:
@@ -335,8 +372,10 @@ class HFPolicyConfig(BaseModel):
     def build(self) -> HFPolicy:
         """Check the folders (:mod:`lrmgym.policies.checkpoint`), then load the model and tokenizer and wrap them.
 
-        Nothing is downloaded: a hub id must already be in the Hugging Face cache.
+        Nothing is downloaded: a hub id must already be in the Hugging Face cache. A device this machine lacks is
+        refused before any weights are read.
         """
+        resolve_device(self.device)
         folder = model_folder(self.model, trust_remote_code=self.trust_remote_code)
         if self.tokenizer is None:
             tokenizer_path = tokenizer_folder(self.model, field="policy.model")  # the model folder's own tokenizer

@@ -239,6 +239,9 @@ class TinyPolicyConfig(BaseModel):
 
     def build(self) -> Any:
         """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy`, from its cache, ``path`` or the package."""
+        from lrmgym.policies.hf import resolve_device
+
+        resolve_device(self.device)  # a device this machine lacks: one line, before anything is loaded
         folder = self.model_dir()
         if not (folder / "build.json").is_file() and not (self.path and (folder / "config.json").is_file()):
             if self.path:
