@@ -10,9 +10,10 @@ sampled turn (:meth:`HFPolicy.encode_reply`), so multi-turn contexts are grown a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +48,25 @@ def _safetensors_error() -> type[Exception]:
     except ImportError:
         return OSError
     return SafetensorError
+
+
+@contextlib.contextmanager
+def load_errors(what: str) -> Iterator[None]:
+    """Errors of a damaged model folder as one line: a ModelFolderError about ``what``.
+
+    Turns what transformers and safetensors raise while loading (``OSError``, ``SafetensorError``...) into a
+    :class:`~lrmgym.policies.checkpoint.ModelFolderError`; ``what`` names the folder (``policy.model='m' from /m``).
+    """
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise
+    except (OSError, ValueError, RuntimeError, pickle.UnpicklingError, _safetensors_error()) as err:
+        reason = " ".join(str(err).split())[:300]  # transformers' messages span lines; the CLI prints one
+        raise ModelFolderError(
+            f"Could not load {what}: {reason}. Check that the folder is a complete transformers causal LM (re-save "
+            "it with save_pretrained)."
+        ) from err
 
 
 def _check_n(n: Any) -> None:
@@ -388,19 +408,11 @@ class HFPolicyConfig(BaseModel):
         kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, "local_files_only": True}
         if self.dtype != "auto":
             kwargs[dtype_kwarg()] = _DTYPES[self.dtype]
-        try:
+        with load_errors(f"policy.model={self.model!r} from {folder}"):
             model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(
                 str(tokenizer_path), trust_remote_code=self.trust_remote_code, local_files_only=True
             )
-        except torch.OutOfMemoryError:
-            raise
-        except (OSError, ValueError, RuntimeError, pickle.UnpicklingError, _safetensors_error()) as err:
-            reason = " ".join(str(err).split())[:300]  # transformers' messages span lines; the CLI prints one
-            raise ModelFolderError(
-                f"Could not load policy.model={self.model!r} from {folder}: {reason}. Check that the folder is a "
-                "complete transformers causal LM (re-save it with save_pretrained)."
-            ) from err
         model = self._with_adapter(model)
         return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
                         batch_size=self.batch_size)  # fmt: skip

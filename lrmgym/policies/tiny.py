@@ -239,7 +239,8 @@ class TinyPolicyConfig(BaseModel):
 
     def build(self) -> Any:
         """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy`, from its cache, ``path`` or the package."""
-        from lrmgym.policies.hf import resolve_device
+        from lrmgym.policies.checkpoint import model_folder, tokenizer_folder
+        from lrmgym.policies.hf import load_errors, resolve_device
 
         resolve_device(self.device)  # a device this machine lacks: one line, before anything is loaded
         folder = self.model_dir()
@@ -256,7 +257,12 @@ class TinyPolicyConfig(BaseModel):
                 "lrmgym.compose.build_policy (as `lrmgym run` and `lrmgym eval` do), which builds and caches it, or "
                 "run `lrmgym tiny build` with the same options."
             )
-        policy = load_tiny(folder, device=self.device, batch_size=self.batch_size)
+        if self.path:  # a folder the user names: the checks (and messages) of policy=hf's model folders
+            model_folder(self.path, field="policy.path")
+            tokenizer_folder(self.path, field="policy.path")
+        what = f"policy.path={self.path!r}" if self.path else f"the tiny model in {folder}"
+        with load_errors(what):
+            policy = load_tiny(folder, device=self.device, batch_size=self.batch_size)
         if policy.device.type == "cpu":
             import torch
 
