@@ -237,12 +237,18 @@ class TinyPolicyConfig(BaseModel):
         built = (folder / "build.json").is_file() or bool(self.path and (folder / "config.json").is_file())
         return not built and not self.path and self.build_if_missing
 
+    def check_device(self) -> None:
+        """Raise ``ValueError`` (one line with the fix) if this machine lacks :attr:`device`."""
+        from lrmgym.policies.hf import resolve_device
+
+        resolve_device(self.device)
+
     def build(self) -> Any:
         """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy`, from its cache, ``path`` or the package."""
         from lrmgym.policies.checkpoint import model_folder, tokenizer_folder
-        from lrmgym.policies.hf import load_errors, resolve_device
+        from lrmgym.policies.hf import load_errors
 
-        resolve_device(self.device)  # a device this machine lacks: one line, before anything is loaded
+        self.check_device()  # before anything is loaded
         folder = self.model_dir()
         if not (folder / "build.json").is_file() and not (self.path and (folder / "config.json").is_file()):
             if self.path:

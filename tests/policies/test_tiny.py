@@ -241,3 +241,20 @@ def test_a_damaged_tiny_folder_at_policy_path_is_one_clear_error(tmp_path, name,
     with pytest.raises(ModelFolderError, match=rf"^.*policy\.path='{re.escape(str(folder))}'.*{reason}") as info:
         TinyPolicyConfig(path=str(folder)).build()
     assert "\n" not in str(info.value)
+
+
+def test_a_device_this_machine_lacks_is_refused_before_a_missing_model_is_built(monkeypatch, tmp_path):
+    # Building the default model takes minutes; a policy.device the machine lacks must not wait for that.
+    from types import SimpleNamespace
+
+    from lrmgym.compose import build_policy
+    from lrmgym.learners import sft
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(sft, "build_tiny", lambda cfg: pytest.fail("built before the device was checked"))
+    cfg = TinyPolicyConfig(**SMALL, seed=3, device="cuda")
+    assert cfg.needs_build()
+    with pytest.raises(ValueError, match=r"^policy.device='cuda': this torch \(.*\) is built without CUDA; "):
+        build_policy(SimpleNamespace(policy=cfg))
