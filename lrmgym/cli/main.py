@@ -474,7 +474,18 @@ def _one_line(err: BaseException) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="lrmgym")
+    try:
+        cli(prog_name="lrmgym")
+    except SystemExit as exit_:
+        # click ends a command whose stdout reader went away (`lrmgym ... | head`) with exit code 1 and no word;
+        # it marks that case by wrapping the streams so that their last flush cannot fail.
+        if exit_.code == 1 and "PacifyFlushWrapper" in type(sys.stdout).__name__:
+            print(
+                "lrmgym stopped: its standard output was closed (its reader, e.g. `| head`, exited); redirect it to "
+                "a file (> out.txt) to keep all of it.",
+                file=sys.stderr,
+            )
+        raise
 
 
 if __name__ == "__main__":

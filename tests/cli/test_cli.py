@@ -211,6 +211,28 @@ def test_a_policy_whose_package_is_missing_is_one_error_line(tmp_path, monkeypat
     assert not runs.exists() or list(runs.iterdir()) == []
 
 
+def test_a_closed_stdout_is_said_on_stderr_and_not_taken_for_anything_else(tmp_path):
+    # `lrmgym ... | head`: click ends with exit 1 and no word; one line on stderr says why (not a dead worker).
+    import os
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "lrmgym.cli.main", "envs", "sample", "Echo-v0", "-n", "1000"]
+    with open(tmp_path / "stderr.txt", "w+b") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, env=env)
+        proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does after its line
+        assert proc.wait(timeout=120) == 1
+        err.seek(0)
+        text = err.read().decode()
+    assert text == (
+        "lrmgym stopped: its standard output was closed (its reader, e.g. `| head`, exited); redirect it to a file "
+        "(> out.txt) to keep all of it.\n"
+    ), text
+
+
 # ------------------------------------------------------------------------------------------------ a lost rollout worker
 _ASYNC_RUN = (
     "env=echo", "learner=grpo", "learner.async_rollouts=true", "learner.steps=4", "learner.prompts_per_step=2",
