@@ -36,6 +36,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -127,6 +128,8 @@ def _reply(conn: Any, message: tuple) -> bool:
         conn.send(message)
     except OSError:  # BrokenPipeError, ConnectionResetError
         return False
+    except Exception:  # the message does not pickle: the trainer gets that traceback instead
+        return _reply(conn, ("error", traceback.format_exc()))
     return True
 
 
@@ -240,11 +243,12 @@ class RolloutWorker:
     # ------------------------------------------------------------------------------------------ the pipe, watched
     def _send(self, message: tuple, what: str) -> None:
         """Send ``message``, watching the worker meanwhile: a stopped worker never drains a large one."""
+        data = ForkingPickler.dumps(message)  # what Connection.send does, here so that a pickling error raises here
         failure: list[BaseException] = []
 
         def send() -> None:
             try:
-                self._conn.send(message)
+                self._conn.send_bytes(data)
             except (OSError, ValueError) as err:  # a dead reader: BrokenPipeError, ConnectionResetError
                 failure.append(err)
 

@@ -229,3 +229,17 @@ def test_a_stopped_worker_is_noticed_within_the_bound_and_a_busy_one_is_not():
         assert worker._process.exitcode is not None  # not left behind, stopped
     finally:
         worker.close()
+
+
+def test_a_request_that_does_not_pickle_raises_in_the_trainer():
+    # Pickled before the watched send: the error is the trainer's to see, not a rollout that never comes.
+    import pickle
+
+    worker = _bare_worker()
+    try:
+        worker.wait_ready()
+        with pytest.raises((pickle.PicklingError, TypeError, AttributeError)):
+            worker.submit(None, [lambda: None], 2, SamplingParams(max_new_tokens=4), None)
+        assert not worker.pending
+    finally:
+        worker.close()
