@@ -30,6 +30,9 @@ def build_policy(config: Any) -> Any:
     if callable(needs_build) and needs_build():
         from lrmgym.learners.sft import build_tiny
 
+        check_device = getattr(config.policy, "check_device", None)
+        if callable(check_device):
+            check_device()  # a device this machine lacks: refused before minutes of building
         build_tiny(config.policy)
     return config.policy.build()
 

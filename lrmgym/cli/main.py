@@ -260,12 +260,17 @@ def _disk_full(err: OSError, run_dir: Path | None) -> EnvironmentFailure:
     where = f" writing {err.filename}" if err.filename else ""
     text = f"{describe_os_error(err)}{where}."
     if run_dir is not None and run_dir.is_dir():
-        from lrmgym.learners.staged import newest_checkpoint
-
-        point = newest_checkpoint(run_dir)
-        kept = f"its newest checkpoint ({point}) is intact" if point else "it has no checkpoint yet"
-        text += f" The run in {run_dir} stopped; {kept}. Free some space, then: lrmgym run --resume {run_dir}"
+        text += f" {_stopped(run_dir)}. Free some space, then: lrmgym run --resume {run_dir}"
     return EnvironmentFailure(text)
+
+
+def _stopped(run_dir: Path) -> str:
+    """``The run in DIR stopped; its newest checkpoint (step 40) is intact`` (or that it has none yet)."""
+    from lrmgym.learners.staged import newest_checkpoint
+
+    point = newest_checkpoint(run_dir)
+    kept = f"its newest checkpoint ({point}) is intact" if point else "it has no checkpoint yet"
+    return f"The run in {run_dir} stopped; {kept}"
 
 
 def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
@@ -376,8 +381,10 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
     from lrmgym.compose import prepare
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.files import atomic_write_text
+    from lrmgym.learners.async_rollout import RolloutWorkerLost
     from lrmgym.learners.resume import write_run_record
     from lrmgym.learners.rundir import CorruptCheckpointError
+    from lrmgym.policies.base import MissingPackageError
 
     new = resume_dir is None
     run_dir = resume_dir
@@ -401,6 +408,8 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
             _remove_made(run_dir, made)
         if isinstance(err, (FileNotFoundError, ConfigError, ValueError)):  # e.g. a bad data file or model folder
             raise UserError(str(err)) from None
+        if isinstance(err, MissingPackageError):  # e.g. policy=vllm where vllm is not installed
+            raise EnvironmentFailure(str(err)) from None
         if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
             raise _disk_full(err, None if new else run_dir) from None
         if isinstance(err, KeyboardInterrupt):
@@ -413,6 +422,8 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
         loop.run(resume=not new)
     except CorruptCheckpointError as err:
         raise EnvironmentFailure(str(err)) from None
+    except RolloutWorkerLost as err:  # killed (the OOM killer) or stopped: the trainer's state is the last step's
+        raise EnvironmentFailure(f"{err} {_stopped(run_dir)}. Resume with: lrmgym run --resume {run_dir}") from None
     except OSError as err:
         if _is_disk_full(err, run_dir):
             raise _disk_full(err, run_dir) from None
@@ -476,13 +487,17 @@ def eval_(overrides: tuple[str, ...]) -> None:
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.eval.runner import evaluate, print_report
     from lrmgym.files import atomic_write_text
+    from lrmgym.policies.base import MissingPackageError
+    from lrmgym.policies.openai import PolicyRequestError
 
     _check_name_free(cfg)
     try:
         env = build_env(cfg)
         policy = build_policy(cfg)
-    except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder ...
+    except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder, device ...
         raise UserError(str(err)) from None
+    except MissingPackageError as err:  # e.g. policy=vllm where vllm is not installed
+        raise EnvironmentFailure(str(err)) from None
     made = _missing_folders(cfg)
     out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
     try:
@@ -495,14 +510,35 @@ def eval_(overrides: tuple[str, ...]) -> None:
         if isinstance(err, KeyboardInterrupt):
             click.echo("\nInterrupted; no results were kept.", err=True)
             sys.exit(130)
+        if isinstance(err, PolicyRequestError):  # the policy's server is down, refuses the model, ...
+            where = getattr(cfg.policy, "base_url", None)
+            hint = f" Is a server running at policy.base_url={where!r}?" if where else ""
+            text = f"policy={cfg.policy.kind}: {_one_line(err)}.{hint} No results were kept."
+            raise EnvironmentFailure(text) from None
         raise
     print_report(report)
     click.echo(f"results: {out_dir}")
 
 
+def _one_line(err: BaseException) -> str:
+    """An error's message on one line (a server's reply may span several), without its closing full stop."""
+    return " ".join(str(err).split()).rstrip(".")
+
+
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="lrmgym")
+    try:
+        cli(prog_name="lrmgym")
+    except SystemExit as exit_:
+        # click ends a command whose stdout reader went away (`lrmgym ... | head`) with exit code 1 and no word;
+        # it marks that case by wrapping the streams so that their last flush cannot fail.
+        if exit_.code == 1 and "PacifyFlushWrapper" in type(sys.stdout).__name__:
+            print(
+                "lrmgym stopped: its standard output was closed (its reader, e.g. `| head`, exited); redirect it to "
+                "a file (> out.txt) to keep all of it.",
+                file=sys.stderr,
+            )
+        raise
 
 
 if __name__ == "__main__":

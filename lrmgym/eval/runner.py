@@ -107,29 +107,29 @@ def evaluate(
     correct: list[int] = []
     first_correct: list[int] = []
     start = time.perf_counter()
-    bar = _progress(len(tasks), progress)
-    for b in range(0, len(tasks), cfg.batch_size):
-        batch = tasks[b : b + cfg.batch_size]
-        seed = int(task_rng(cfg.seed, b, 1).integers(0, 2**31 - 1))  # one sampling seed per batch, reproducible
-        if turns > 1:  # multi-turn: whole episodes (feedback turns included), graded by their final verdict
-            _multi_turn_batch(grader, policy, cfg, batch, b, seed, turns, samples, correct, first_correct)
+    with _progress(len(tasks), progress) as bar:  # closed on an error too: its line never precedes the error's
+        for b in range(0, len(tasks), cfg.batch_size):
+            batch = tasks[b : b + cfg.batch_size]
+            seed = int(task_rng(cfg.seed, b, 1).integers(0, 2**31 - 1))  # one sampling seed per batch, reproducible
+            if turns > 1:  # multi-turn: whole episodes (feedback turns included), graded by their final verdict
+                _multi_turn_batch(grader, policy, cfg, batch, b, seed, turns, samples, correct, first_correct)
+                bar.update(len(batch))
+                continue
+            groups = policy.generate([t.prompt for t in batch], n=cfg.n, sampling=cfg.sampling(seed))
+            if len(groups) != len(batch) or any(len(g) != cfg.n for g in groups):
+                got = [len(g) for g in groups]
+                raise RuntimeError(
+                    f"{type(policy).__name__}.generate returned {got} completions for {len(batch)} prompts x "
+                    f"n={cfg.n}; a policy must return one list of n completions per prompt."
+                )
+            for index, (task, group) in enumerate(zip(batch, groups, strict=True), start=b):
+                group = [Completion.coerce(c) for c in group]
+                verdicts = _grade(grader, task, group)
+                passed = [_passes(v, cfg.pass_threshold) for v in verdicts]
+                correct.append(sum(passed))
+                rows = zip(group, verdicts, passed, strict=True)
+                samples += [_sample_row(index, task, j, c, v, p) for j, (c, v, p) in enumerate(rows)]
             bar.update(len(batch))
-            continue
-        groups = policy.generate([t.prompt for t in batch], n=cfg.n, sampling=cfg.sampling(seed))
-        if len(groups) != len(batch) or any(len(g) != cfg.n for g in groups):
-            raise RuntimeError(
-                f"{type(policy).__name__}.generate returned {[len(g) for g in groups]} completions for {len(batch)} "
-                f"prompts x n={cfg.n}; a policy must return one list of n completions per prompt."
-            )
-        for index, (task, group) in enumerate(zip(batch, groups, strict=True), start=b):
-            group = [Completion.coerce(c) for c in group]
-            verdicts = _grade(grader, task, group)
-            passed = [_passes(v, cfg.pass_threshold) for v in verdicts]
-            correct.append(sum(passed))
-            rows = zip(group, verdicts, passed, strict=True)
-            samples += [_sample_row(index, task, j, c, v, p) for j, (c, v, p) in enumerate(rows)]
-        bar.update(len(batch))
-    bar.close()
     report = _report(cfg, grader, tasks, samples, correct, time.perf_counter() - start, env_name=_env_name(env))
     if turns > 1:
         report["max_turns"] = turns

@@ -18,6 +18,13 @@ or registered at run time in the trainer, which the worker repeats).
 Weights travel as a ``torch.save`` byte string per step (3.2 MB for the tiny model). The worker ignores
 SIGINT (the trainer handles Ctrl-C) and exits when the trainer's end of the pipe closes, so a trainer killed
 with SIGKILL does not leave it behind.
+
+The other way round, a worker that dies (SIGKILL, the out-of-memory killer) or stops (SIGSTOP, a frozen
+process) while the trainer talks to it raises :class:`RolloutWorkerLost` wherever the trainer meets it: starting,
+sending a request, waiting for a result. A thread in the worker counts heartbeats into shared memory; the
+trainer gives up on a worker whose count has not moved for ``stall_s`` seconds and kills it. The bound counts
+signs of life, not the rollout's length, so a long rollout never trips it. The trainer's own state is that of
+the last finished step, so ``lrmgym run --resume`` continues from the newest checkpoint.
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ from __future__ import annotations
 import io
 import multiprocessing
 import signal
+import threading
+import time
 import traceback
 from collections.abc import Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -36,11 +46,20 @@ from lrmgym.learners.common import keep_freed_memory
 from lrmgym.learners.rollout import Rollout, rollout
 from lrmgym.policies.base import SamplingParams
 
-__all__ = ["RolloutWorker", "RolloutWorkerError"]
+__all__ = ["RolloutWorker", "RolloutWorkerError", "RolloutWorkerLost"]
+
+STALL_S = 60.0
+"""How long a worker may show no sign of life before the trainer gives up on it (it beats every second)."""
+STARTUP_GRACE_S = 300.0
+"""How long a worker may take to show its first heartbeat (it imports torch and lrmgym first)."""
 
 
 class RolloutWorkerError(RuntimeError):
     """The rollout worker failed; the message carries its traceback."""
+
+
+class RolloutWorkerLost(RolloutWorkerError):
+    """The rollout worker died (killed, crashed) or stopped answering; a one-line message says which and when."""
 
 
 def _state_bytes(model: torch.nn.Module) -> bytes:
@@ -49,10 +68,22 @@ def _state_bytes(model: torch.nn.Module) -> bytes:
     return buffer.getvalue()
 
 
-def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None, registration: tuple | None) -> None:
+def _heartbeat(beats: Any, interval: float) -> None:
+    """Count up ``beats`` every ``interval`` seconds, for as long as the process runs (a daemon thread)."""
+    while True:
+        beats.value += 1
+        time.sleep(interval)
+
+
+def _worker_main(
+    conn: Any, make_env: Any, make_policy: Any, threads: int | None, registration: tuple | None,
+    beats: Any = None, beat_s: float = 1.0,
+) -> None:  # fmt: skip
     """The worker's loop: build env and policy once, then serve ``("rollout", ...)`` requests until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer stops this worker when it stops
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if beats is not None:
+        threading.Thread(target=_heartbeat, args=(beats, beat_s), name="lrmgym-heartbeat", daemon=True).start()
     try:
         import gymnasium
 
@@ -69,7 +100,7 @@ def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None
             torch.set_num_threads(threads)
         conn.send(("ready", None))
     except Exception:
-        conn.send(("error", traceback.format_exc()))
+        _reply(conn, ("error", traceback.format_exc()))  # nobody to tell when the trainer is gone
         return
     while True:
         try:
@@ -84,9 +115,22 @@ def _worker_main(conn: Any, make_env: Any, make_policy: Any, threads: int | None
                 policy.model.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))
             ro = rollout(env, policy, tasks, group_size, sampling, max_turns=max_turns)
             pop = getattr(env, "pop_metrics", None)  # the judges' counters of this rollout travel with it
-            conn.send(("ok", (ro, pop() if callable(pop) else None)))
+            reply = ("ok", (ro, pop() if callable(pop) else None))
         except Exception:
-            conn.send(("error", traceback.format_exc()))
+            reply = ("error", traceback.format_exc())
+        if not _reply(conn, reply):
+            return
+
+
+def _reply(conn: Any, message: tuple) -> bool:
+    """Send ``message`` to the trainer; ``False`` when the trainer is gone (its end of the pipe closed)."""
+    try:
+        conn.send(message)
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        return False
+    except Exception:  # the message does not pickle: the trainer gets that traceback instead
+        return _reply(conn, ("error", traceback.format_exc()))
+    return True
 
 
 def _registration(env_id: str | None) -> tuple | None:
@@ -111,18 +155,30 @@ class RolloutWorker:
         make_policy: Builds the policy in the worker; picklable.
         env_id: The env's registered id, when the trainer registered it at run time (the worker repeats that).
         threads: torch threads in the worker (``None``: torch's default).
+        stall_s: Give up on a worker that shows no sign of life (heartbeats, ten per bound, at most one a second)
+            for this many seconds: stopped (SIGSTOP, Ctrl-Z) or frozen. It is then killed.
 
     The worker starts building at once; the first :meth:`submit` waits until it is ready, and raises
     :class:`RolloutWorkerError` (with the worker's traceback) if it could not build its env or policy.
+    A worker that dies or stops at any point raises :class:`RolloutWorkerLost` from the call that meets it.
     """
 
-    def __init__(self, make_env: Any, make_policy: Any, env_id: str | None = None, threads: int | None = None) -> None:
+    def __init__(
+        self, make_env: Any, make_policy: Any, env_id: str | None = None, threads: int | None = None,
+        stall_s: float = STALL_S,
+    ) -> None:  # fmt: skip
+        if not stall_s > 0:
+            raise ValueError(f"stall_s must be > 0 seconds, got {stall_s!r}.")
         context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
         self._conn, child = context.Pipe()
+        self.stall_s = float(stall_s)
+        self._beats = context.RawValue("Q", 0)  # one writer (the worker's heartbeat), one reader (this process)
+        beat_s = min(1.0, self.stall_s / 10)
         # The builders travel pickled (with the config they close over), so config classes defined outside
         # lrmgym work too.
         self._process = context.Process(
-            target=_worker_main, args=(child, make_env, make_policy, threads, _registration(env_id)),
+            target=_worker_main,
+            args=(child, make_env, make_policy, threads, _registration(env_id), self._beats, beat_s),
             name="lrmgym-rollout", daemon=True,
         )  # fmt: skip
         self._process.start()
@@ -133,7 +189,7 @@ class RolloutWorker:
         self._ready = False  # the worker builds its env and policy while the trainer evaluates
 
     @classmethod
-    def for_context(cls, ctx: Any, threads: int | None = None) -> RolloutWorker:
+    def for_context(cls, ctx: Any, threads: int | None = None, stall_s: float = STALL_S) -> RolloutWorker:
         """A worker that rebuilds ``ctx``'s env and policy (its ``make_env`` and ``make_policy``)."""
         if ctx.make_env is None or ctx.make_policy is None:
             raise ValueError(
@@ -142,12 +198,18 @@ class RolloutWorker:
                 "learner.async_rollouts=false when passing objects directly."
             )
         spec = getattr(getattr(ctx.env, "unwrapped", ctx.env), "spec", None)
-        return cls(ctx.make_env, ctx.make_policy, getattr(spec, "id", None), threads=threads)
+        return cls(ctx.make_env, ctx.make_policy, getattr(spec, "id", None), threads=threads, stall_s=stall_s)
 
     @property
     def pid(self) -> int | None:
         """The worker's process id."""
         return self._process.pid
+
+    def wait_ready(self) -> None:
+        """Wait until the worker has built its env and policy (:meth:`submit` does this itself)."""
+        if not self._ready:
+            self._receive("start-up")
+            self._ready = True
 
     def submit(
         self,
@@ -165,11 +227,9 @@ class RolloutWorker:
         """
         if self.pending:
             raise RuntimeError("A rollout is already pending; collect it with result() first.")
-        if not self._ready:
-            self._receive("start-up")
-            self._ready = True
+        self.wait_ready()
         weights = state if state is not None else (_state_bytes(model) if model is not None else None)
-        self._conn.send(("rollout", weights, list(tasks), group_size, sampling, max_turns))
+        self._send(("rollout", weights, list(tasks), group_size, sampling, max_turns), "rollout")
         self.pending, self.pending_state = True, weights
 
     def result(self) -> Rollout:
@@ -180,31 +240,115 @@ class RolloutWorker:
         ro, self.judge_metrics = self._receive("rollout")
         return ro
 
+    # ------------------------------------------------------------------------------------------ the pipe, watched
+    def _send(self, message: tuple, what: str) -> None:
+        """Send ``message``, watching the worker meanwhile: a stopped worker never drains a large one."""
+        data = ForkingPickler.dumps(message)  # what Connection.send does, here so that a pickling error raises here
+        failure: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                self._conn.send_bytes(data)
+            except (OSError, ValueError) as err:  # a dead reader: BrokenPipeError, ConnectionResetError
+                failure.append(err)
+
+        sender = threading.Thread(target=send, name="lrmgym-rollout-send", daemon=True)
+        sender.start()
+        watch = _Watch(self)
+        while sender.is_alive():
+            sender.join(timeout=watch.poll_s)
+            if sender.is_alive():
+                watch.check(f"sending a {what} request")
+        if failure:
+            raise self._lost(f"sending a {what} request")
+
     def _receive(self, what: str) -> Any:
+        watch = _Watch(self)
         try:
+            while not self._conn.poll(watch.poll_s):
+                watch.check(what)
             kind, payload = self._conn.recv()
         except (EOFError, OSError):
-            self.close()
-            raise RolloutWorkerError(
-                f"The rollout worker (pid {self._process.pid}) died during {what} "
-                f"(exit code {self._process.exitcode}); run with learner.async_rollouts=false to see the error "
-                "in this process."
-            ) from None
+            raise self._lost(what) from None
         if kind == "error":
             self.close()
             raise RolloutWorkerError(f"The rollout worker failed during {what}:\n{payload}")
         return payload
 
-    def close(self) -> None:
-        """Stop the worker (idempotent)."""
+    def _lost(self, what: str, stalled: str | None = None) -> RolloutWorkerLost:
+        """The error for a worker gone during ``what``; the worker is stopped for good first."""
+        pid = self._process.pid
+        if stalled is None:
+            self._process.join(timeout=5)  # its end of the pipe closed: it is gone, or about to be
+        code = self._process.exitcode
+        self.close(wait_s=0.0)
+        if stalled is not None:
+            why = f"{stalled} for {self.stall_s:g} s during {what}; it was killed"
+        elif code is not None and code < 0:
+            name = _signal_name(-code)
+            why = f"was killed by {name} during {what}" + (
+                " (the out-of-memory killer, or a kill -9)" if -code == signal.SIGKILL else ""
+            )
+        elif code is not None:
+            why = (
+                f"exited with code {code} during {what} (learner.async_rollouts=false shows the error in this process)"
+            )
+        else:
+            why = f"closed its pipe during {what}"
+        return RolloutWorkerLost(f"The rollout worker (pid {pid}) {why}.")
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop the worker (idempotent); one that has not stopped after ``wait_s`` seconds is killed."""
         if self._process.is_alive():
-            try:
-                self._conn.send(("stop",))
-            except (OSError, ValueError):
-                pass
-            self._process.join(timeout=5)
+            if wait_s > 0:
+                try:
+                    self._conn.send(("stop",))
+                except (OSError, ValueError):
+                    pass
+                self._process.join(timeout=wait_s)
             if self._process.is_alive():
-                self._process.kill()
+                self._process.kill()  # also ends a stopped (SIGSTOP) process
                 self._process.join(timeout=5)
         self._conn.close()
         self.pending = False
+
+
+class _Watch:
+    """Watches a worker's heartbeats while the trainer waits on its pipe: dead or silent for too long is lost."""
+
+    def __init__(self, worker: RolloutWorker) -> None:
+        self.worker = worker
+        self.poll_s = min(1.0, worker.stall_s / 4)
+        self._beats = worker._beats.value
+        self._since = time.monotonic()
+
+    def check(self, what: str) -> None:
+        """Raise :class:`RolloutWorkerLost` if the worker has died, or shown no heartbeat within the bound."""
+        worker = self.worker
+        if worker._process.exitcode is not None:
+            raise worker._lost(what)
+        beats, now = worker._beats.value, time.monotonic()
+        if beats != self._beats:
+            self._beats, self._since = beats, now
+            return
+        bound = worker.stall_s if beats else max(worker.stall_s, STARTUP_GRACE_S)  # none yet: still importing
+        if now - self._since >= bound:
+            stopped = _process_state(worker._process.pid) in ("T", "t")
+            raise worker._lost(what, "is stopped (SIGSTOP or Ctrl-Z): no sign of life" if stopped
+                               else "has shown no sign of life")  # fmt: skip
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _process_state(pid: int | None) -> str | None:
+    """The process's state letter from ``/proc`` (``T``: stopped), or ``None`` where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None

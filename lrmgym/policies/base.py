@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from lrmgym.core import Completion, Prompt
 
 
+class MissingPackageError(ImportError):
+    """A policy needs an optional package that is not importable here; the message names it and how to install it."""
+
+
 class SamplingParams(BaseModel):
     """How to sample. Shared by every policy; a policy that cannot honour a field says so when it is set."""
 

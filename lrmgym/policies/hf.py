@@ -10,9 +10,10 @@ sampled turn (:meth:`HFPolicy.encode_reply`), so multi-turn contexts are grown a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +50,25 @@ def _safetensors_error() -> type[Exception]:
     return SafetensorError
 
 
+@contextlib.contextmanager
+def load_errors(what: str) -> Iterator[None]:
+    """Errors of a damaged model folder as one line: a ModelFolderError about ``what``.
+
+    Turns what transformers and safetensors raise while loading (``OSError``, ``SafetensorError``...) into a
+    :class:`~lrmgym.policies.checkpoint.ModelFolderError`; ``what`` names the folder (``policy.model='m' from /m``).
+    """
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise
+    except (OSError, ValueError, RuntimeError, pickle.UnpicklingError, _safetensors_error()) as err:
+        reason = " ".join(str(err).split())[:300]  # transformers' messages span lines; the CLI prints one
+        raise ModelFolderError(
+            f"Could not load {what}: {reason}. Check that the folder is a complete transformers causal LM (re-save "
+            "it with save_pretrained)."
+        ) from err
+
+
 def _check_n(n: Any) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n (samples per prompt) must be a positive integer, got {n!r}.")
@@ -62,14 +82,51 @@ def dtype_kwarg() -> str:
     return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
 
 
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to :class:`torch.device`."""
+def resolve_device(device: str, key: str = "policy.device") -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else as :class:`torch.device`, if this machine has it.
+
+    Raises:
+        ValueError: ``device`` is no device, or one this machine (or this torch build) lacks: one line naming
+            ``key``, the value, what is missing and the fix.
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'.") from err
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"{key}={device!r} is not a device; expected auto, cpu, cuda, cuda:N or mps.") from err
+    missing = _missing_device(resolved)
+    if missing is not None:
+        why, fix = missing
+        raise ValueError(f"{key}={device!r}: {why}; {fix.format(key=key)}.")
+    return resolved
+
+
+def _missing_device(device: torch.device) -> tuple[str, str] | None:
+    """Why this machine cannot run on ``device`` and the fix (with ``{key}``), or ``None`` when it can."""
+    use_cpu = "use {key}=cpu, or auto (a GPU when there is one)"
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            return (
+                f"this torch ({torch.__version__}) is built without CUDA",
+                use_cpu + ", or install a CUDA build of torch",
+            )
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return "torch sees no CUDA GPU here (none, no driver, or CUDA_VISIBLE_DEVICES hides them)", use_cpu
+        if device.index is not None and device.index >= count:
+            listed = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+            return (
+                f"this machine has {count} CUDA GPU{'s' if count > 1 else ''} ({listed})",
+                "use one of them, or {key}=cpu",
+            )
+        return None
+    if device.type == "mps":
+        return None if torch.backends.mps.is_available() else ("torch has no MPS (Apple-silicon GPU) here", use_cpu)
+    available = getattr(getattr(torch, device.type, None), "is_available", None)
+    return None if callable(available) and available() else (f"torch has no {device.type} device here", use_cpu)
 
 
 class HFPolicy:
@@ -335,8 +392,10 @@ class HFPolicyConfig(BaseModel):
     def build(self) -> HFPolicy:
         """Check the folders (:mod:`lrmgym.policies.checkpoint`), then load the model and tokenizer and wrap them.
 
-        Nothing is downloaded: a hub id must already be in the Hugging Face cache.
+        Nothing is downloaded: a hub id must already be in the Hugging Face cache. A device this machine lacks is
+        refused before any weights are read.
         """
+        resolve_device(self.device)
         folder = model_folder(self.model, trust_remote_code=self.trust_remote_code)
         if self.tokenizer is None:
             tokenizer_path = tokenizer_folder(self.model, field="policy.model")  # the model folder's own tokenizer
@@ -349,19 +408,11 @@ class HFPolicyConfig(BaseModel):
         kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, "local_files_only": True}
         if self.dtype != "auto":
             kwargs[dtype_kwarg()] = _DTYPES[self.dtype]
-        try:
+        with load_errors(f"policy.model={self.model!r} from {folder}"):
             model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(
                 str(tokenizer_path), trust_remote_code=self.trust_remote_code, local_files_only=True
             )
-        except torch.OutOfMemoryError:
-            raise
-        except (OSError, ValueError, RuntimeError, pickle.UnpicklingError, _safetensors_error()) as err:
-            reason = " ".join(str(err).split())[:300]  # transformers' messages span lines; the CLI prints one
-            raise ModelFolderError(
-                f"Could not load policy.model={self.model!r} from {folder}: {reason}. Check that the folder is a "
-                "complete transformers causal LM (re-save it with save_pretrained)."
-            ) from err
         model = self._with_adapter(model)
         return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
                         batch_size=self.batch_size)  # fmt: skip

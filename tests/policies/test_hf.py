@@ -234,3 +234,74 @@ def test_config_errors(tmp_path):
         HFPolicyConfig(model=missing).build()
     with pytest.raises(ValueError, match="dtype\n  Input should be 'auto', 'float32', 'bfloat16' or 'float16'"):
         HFPolicyConfig(model="x", dtype="fp8")
+
+
+# ------------------------------------------------------------------------------------------------ the device
+def _machine(monkeypatch, cuda_build: bool, gpus: int, mps: bool) -> None:
+    """Make torch describe a machine: a CUDA build or not, how many GPUs it sees, MPS or not."""
+    monkeypatch.setattr(torch.version, "cuda", "12.4" if cuda_build else None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+
+@pytest.mark.parametrize(
+    ("device", "machine", "message"),
+    [
+        ("cuda", (False, 0, False),
+         "policy.device='cuda': this torch ({v}) is built without CUDA; use policy.device=cpu, or auto (a GPU when "
+         "there is one), or install a CUDA build of torch."),
+        ("cuda", (True, 0, False),
+         "policy.device='cuda': torch sees no CUDA GPU here (none, no driver, or CUDA_VISIBLE_DEVICES hides them); "
+         "use policy.device=cpu, or auto (a GPU when there is one)."),
+        ("cuda:7", (True, 2, False),
+         "policy.device='cuda:7': this machine has 2 CUDA GPUs (cuda:0 to cuda:1); use one of them, or "
+         "policy.device=cpu."),
+        ("cuda:1", (True, 1, False),
+         "policy.device='cuda:1': this machine has 1 CUDA GPU (cuda:0); use one of them, or policy.device=cpu."),
+        ("mps", (False, 0, False),
+         "policy.device='mps': torch has no MPS (Apple-silicon GPU) here; use policy.device=cpu, or auto (a GPU "
+         "when there is one)."),
+        ("xpu", (False, 0, False),
+         "policy.device='xpu': torch has no xpu device here; use policy.device=cpu, or auto (a GPU when there is "
+         "one)."),
+        ("bogus", (False, 0, False),
+         "policy.device='bogus' is not a device; expected auto, cpu, cuda, cuda:N or mps."),
+        ("cuda:x", (True, 1, False),
+         "policy.device='cuda:x' is not a device; expected auto, cpu, cuda, cuda:N or mps."),
+    ],
+)  # fmt: skip
+def test_a_device_this_machine_lacks_is_one_clear_error(monkeypatch, device, machine, message):
+    from lrmgym.policies.hf import resolve_device
+
+    _machine(monkeypatch, *machine)
+    with pytest.raises(ValueError, match=f"^{re.escape(message.format(v=torch.__version__))}$"):
+        resolve_device(device)
+
+
+def test_devices_this_machine_has_resolve(monkeypatch):
+    from lrmgym.policies.hf import resolve_device
+
+    _machine(monkeypatch, True, 2, True)
+    assert resolve_device("cuda:1") == torch.device("cuda:1") and resolve_device("mps") == torch.device("mps")
+    assert resolve_device("auto") == torch.device("cuda") and resolve_device("cpu") == torch.device("cpu")
+    _machine(monkeypatch, False, 0, False)
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_the_device_is_checked_before_the_weights_are_read(monkeypatch, tmp_path, tokenizer):
+    # A 7B checkpoint takes minutes to load: a device the machine lacks is refused first.
+    import transformers
+
+    model = build_model(TinyArch(hidden=64, layers=1, heads=2, mlp=128), len(tokenizer), seed=0)
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    _machine(monkeypatch, False, 0, False)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the weights were read before the device was checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_load)
+    with pytest.raises(ValueError, match=r"^policy.device='cuda': this torch"):
+        HFPolicyConfig(model=str(tmp_path / "m"), device="cuda").build()

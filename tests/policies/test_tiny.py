@@ -218,3 +218,43 @@ def test_retry_examples_show_a_wrong_attempt_the_envs_feedback_and_the_right_sol
     # The shipped default's cache key does not change with the new field at its default of 0.
     assert TinyPolicyConfig().key() == json.loads((SHIPPED_DIR / "build.json").read_text())["key"]
     assert TinyPolicyConfig(train={"retry_share": 0.15}).key() != TinyPolicyConfig().key()
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "reason"),
+    [
+        ("truncated", lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:900]),
+         "Error while deserializing header"),
+        ("no-weights", lambda d: (d / "model.safetensors").unlink(), "has a config.json but no weight files"),
+        ("bad-tokenizer", lambda d: (d / "tokenizer.json").write_text("{bad"), "Expecting property name"),
+    ],
+)  # fmt: skip
+def test_a_damaged_tiny_folder_at_policy_path_is_one_clear_error(tmp_path, name, damage, reason):
+    # Before: a 40-line traceback ending in safetensors' SafetensorError or transformers' OSError.
+    import shutil
+
+    from lrmgym.policies.checkpoint import ModelFolderError
+
+    folder = tmp_path / name
+    shutil.copytree(SHIPPED_DIR, folder)
+    damage(folder)
+    with pytest.raises(ModelFolderError, match=rf"^.*policy\.path='{re.escape(str(folder))}'.*{reason}") as info:
+        TinyPolicyConfig(path=str(folder)).build()
+    assert "\n" not in str(info.value)
+
+
+def test_a_device_this_machine_lacks_is_refused_before_a_missing_model_is_built(monkeypatch, tmp_path):
+    # Building the default model takes minutes; a policy.device the machine lacks must not wait for that.
+    from types import SimpleNamespace
+
+    from lrmgym.compose import build_policy
+    from lrmgym.learners import sft
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(sft, "build_tiny", lambda cfg: pytest.fail("built before the device was checked"))
+    cfg = TinyPolicyConfig(**SMALL, seed=3, device="cuda")
+    assert cfg.needs_build()
+    with pytest.raises(ValueError, match=r"^policy.device='cuda': this torch \(.*\) is built without CUDA; "):
+        build_policy(SimpleNamespace(policy=cfg))
