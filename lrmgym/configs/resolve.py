@@ -261,7 +261,48 @@ def validate_component(group: str, path: str, data: Any) -> BaseModel:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: invalid value {show(data)}: expected a mapping with a 'kind' key.")
     cls = _component_class(group, path, data.get("kind"))
-    return _validate(path, cls, data)
+    try:
+        return _validate(path, cls, data)
+    except ConfigError as err:
+        if path != group:  # a judge, or a component inside another: no group token picks it
+            raise
+        raise _with_preset_hint(err, group, [k for k in data if k not in cls.model_fields], data.get("kind")) from None
+
+
+def _component_fields(group: str, preset: dict[str, Any]) -> Any:
+    """The keys a preset's component takes (its config class's fields); ``()`` when its class cannot load."""
+    if group == "env":
+        from lrmgym.registry import env_class
+
+        try:
+            return fields_at(getattr(env_class(preset["id"]), "Config", None), [])
+        except Exception:  # noqa: BLE001 - a plug-in that does not load only loses the hint
+            return ()
+    try:
+        return _component_class(group, group, preset.get("kind")).model_fields
+    except ConfigError:  # a kind whose extra is not installed
+        return ()
+
+
+def _with_preset_hint(err: ConfigError, group: str, unknown: Sequence[str], current: Any) -> ConfigError:
+    """``err`` with `` policy.model needs policy=hf (or openai, vllm): add policy=hf.`` when other presets take the key.
+
+    ``lrmgym run policy.model=PATH`` sets a key of the default tiny policy, which has none by that name: the
+    message names the preset that has it, so that the fix is one token away. ``current`` is the chosen
+    component's kind (env: its id), whose presets are not suggested.
+    """
+    key = next((k for k in unknown if str(err).startswith(f"{group}.{k}: unknown key")), None)
+    if key is None:
+        return err
+    takers = []
+    for name in list_presets(group):
+        preset = load_preset(group, name)
+        if preset.get("id" if group == "env" else "kind") != current and key in _component_fields(group, preset):
+            takers.append(name)
+    if not takers:
+        return err
+    others = f" (or {', '.join(takers[1:])})" if len(takers) > 1 else ""
+    return ConfigError(f"{err} {group}.{key} needs {group}={takers[0]}{others}: add {group}={takers[0]}.")
 
 
 def validate_env(data: Any) -> EnvConfig:
@@ -341,10 +382,11 @@ def _validate_options(env_id: str, model: Any, options: dict[str, Any]) -> Any:
     if model.model_config.get("extra") != "allow":
         for key in options:
             if key not in fields and key not in aliases:
-                raise ConfigError(
+                err = ConfigError(
                     f"env.{key}: unknown key (value {show(options[key])})"
                     + allowed(key, fields, f"`lrmgym envs show {env_id}` shows all {{n}} options")
                 )
+                raise _with_preset_hint(err, "env", [key], env_id)
     return _validate("env", model, options)
 
 
