@@ -94,7 +94,10 @@ def test_dev_null_as_a_data_source():
             "policy.model needs policy=hf (or openai, vllm): add policy=hf.",
         ),
         (("env=math", "learner.critic_lr=1e-5"), "learner.critic_lr needs learner=ppo: add learner=ppo."),
-        (("env=math", "backend.gpus_per_node=8"), "backend.gpus_per_node needs backend=openrlhf: add backend=openrlhf."),
+        (
+            ("env=math", "backend.gpus_per_node=8"),
+            "backend.gpus_per_node needs backend=openrlhf: add backend=openrlhf.",
+        ),
         (("env=math", "env.feedback=names"), "env.feedback needs env=code: add env=code."),
         (("env=math", "env.mode=single"), "env.mode needs env=game24: add env=game24."),
     ],
