@@ -1155,7 +1155,9 @@ def export_openrlhf(
     check_out_dir(out_dir, force)
     write_data, write_plugins = writers or _default_writers()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
+    # Absolute: a writer returns the paths it wrote under the folder it was given, which must not read as relative
+    # to that folder (out=orl/ would give orl.tmp/orl.tmp/train.jsonl).
+    tmp = out_dir.absolute().with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
         lc = cfg.learner

@@ -56,6 +56,7 @@ MAY_CHANGE = (
     "learner.compile",
     "learner.update_threads",
     "learner.eval_every",
+    "learner.idle_steps_per_s",
     "learner.stages",
     "run.name",
     "run.output_dir",
