@@ -198,6 +198,7 @@ FIELDS: dict[str, FieldRule] = {
     "learner.log_samples": _i("the native samples.jsonl; OpenRLHF logs one sample per step itself"),
     "learner.torch_threads": _i("CPU threads of the native trainer; OpenRLHF's GPU workers set their own"),
     "learner.progress": _i("the native progress bar; OpenRLHF shows its own"),
+    "learner.idle_steps_per_s": _i("the native run's expected speed, for its progress and summary lines"),
     # -- the update (PolicyGradientConfig)
     "learner.lr": _m("--actor.adam.lr"),
     "learner.warmup_steps": _m("--actor.lr_warmup_ratio warmup_steps / steps"),

@@ -367,7 +367,8 @@ def test_backend_openrlhf_round_trips_through_the_saved_config():
         (("backend=nope",), "backend: unknown preset 'nope'; allowed: native, openrlhf."),
         (("backend.kind=openrlhff",), "backend.kind: unknown kind 'openrlhff'; allowed: native, openrlhf. Did you "
          "mean 'openrlhf'?"),
-        (("backend.num_nodes=2",), "backend.num_nodes: unknown key (value 2); allowed: kind."),
+        (("backend.num_nodes=2",), "backend.num_nodes: unknown key (value 2); allowed: kind. backend.num_nodes "
+         "needs backend=openrlhf: add backend=openrlhf."),
         (("backend=openrlhf", "backend.zero_stage=4"), "backend.zero_stage: invalid value 4; allowed: 0, 1, 2 or 3."),
         (("backend=openrlhf", "backend.async_train=true"), "backend: backend.async_train=true needs "
          "backend.colocate=false: OpenRLHF's async mode samples with vLLM on GPUs of its own while the actor trains "
