@@ -313,8 +313,8 @@ class Loop:
             f"so learner.time_budget_s ended training after {self.step} of {self.cfg.steps} steps: fewer than the "
             "preset's, so the result is not comparable to its"
             if status == "time_budget"
-            else f"so training took {idle / rate:.1f}x as long; it ran the same {self.step} steps, and a fixed number "
-            "of steps with a fixed seed gives the same result at any speed"
+            else f"so the run took longer; it trained the same {self.step} steps, and a fixed number of steps with a "
+            "fixed seed gives the same result at any speed"
         )
         out["note"] = (
             f"This machine trained at {rate:.2f} steps/s, {idle / rate:.1f}x slower than the {idle:g} steps/s of an "
@@ -437,10 +437,11 @@ class Loop:
         steps, train_s = summary["steps"], summary["train_wall_s"]
         console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
         speed = summary["speed"]
-        if speed["steps_per_s"] is not None and speed["idle_steps_per_s"] is not None:
+        if "note" in speed:
+            console.print(speed["note"])
+        elif speed["steps_per_s"] is not None and speed["idle_steps_per_s"] is not None:
             console.print(
                 f"speed: {speed['steps_per_s']:.2f} steps/s (an idle 2-core machine: {speed['idle_steps_per_s']:g})"
-                + (f". {speed['note']}" if "note" in speed else "")
             )
 
 
