@@ -100,6 +100,7 @@ def test_readme_setup_commands_are_word_for_word():
 
 
 # ------------------------------------------------------------------------------------------------ the commands
+@pytest.mark.timeout(900)  # whole training runs in subprocesses: minutes on a loaded 2-core machine
 def test_readme_first_example(tmp_path):
     args = shlex.split(block("first_example"))
     assert args[:2] == ["lrmgym", "run"] and "policy=hf" in args
@@ -119,7 +120,8 @@ def test_readme_first_example(tmp_path):
 
     model = save_tiny_hf(tmp_path / "model")
     tokens = [a.replace("/path/to/model", str(model)) for a in args[2:]]
-    done = CliRunner().invoke(cli, ["run", *tokens, *TINY_RUN, "learner.eval_before_after=false", out, "run.name=x"])
+    small = (*TINY_RUN, "learner.eval_before_after=false", "learner.async_rollouts=false")
+    done = CliRunner().invoke(cli, ["run", *tokens, *small, out, "run.name=x"])
     assert done.exit_code == 0, done.output
     summary = json.loads((tmp_path / "runs" / "x" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 1
@@ -232,12 +234,13 @@ def test_readme_gymnasium(capsys):
     assert repr(verdict.parsed) == stated["parsed"] and scope["reward"] == verdict.score
 
 
+@pytest.mark.timeout(900)  # whole training runs in subprocesses: minutes on a loaded 2-core machine
 def test_readme_python_training(tmp_path):
     code = block("python_training")
     # As a script, without `if __name__ == "__main__":`, and one small step instead of the 60-s budget.
     budget = '"learner.time_budget_s=60"'
     assert code.count(budget) == 1
-    small = ", ".join(f'"{t}"' for t in (*TINY_RUN, "eval.tasks=2", "learner.eval_greedy=false"))
+    small = ", ".join(f'"{t}"' for t in (*TINY_RUN, "learner.eval_before_after=false"))
     script = code.replace(budget, f"{budget}, {small}") + 'print("steps", summary["steps"])\n'
     (tmp_path / "mine.py").write_text(script)
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))

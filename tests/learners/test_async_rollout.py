@@ -169,6 +169,7 @@ def _run_script(tmp_path, source: str):
     )
 
 
+@pytest.mark.timeout(900)  # a training script in a subprocess: minutes on a loaded 2-core machine
 def test_a_script_without_a_main_guard_trains_with_async_rollouts(tmp_path):
     # The worker is spawned; spawning re-imports __main__, which here would start training again inside the
     # worker. Nothing the worker needs lives in the script, so it starts without it.
@@ -177,6 +178,7 @@ def test_a_script_without_a_main_guard_trains_with_async_rollouts(tmp_path):
     assert done.stdout.splitlines()[-1] == "steps 1"
 
 
+@pytest.mark.timeout(900)  # a training script in a subprocess: minutes on a loaded 2-core machine
 def test_a_script_whose_env_needs_the_main_guard_is_told_so(tmp_path):
     # An env class defined in the script: the worker must import the script to rebuild it, so the script's top
     # level runs again there; without the guard that fails, and the message names the fix.
