@@ -61,6 +61,17 @@ DEFAULTS: dict[str, Any] = {"env": "math", "policy": "tiny", "learner": "grpo", 
 BACKEND_POLICY = {"openrlhf": "hf"}
 """The policy preset a backend implies when none is named: OpenRLHF trains a Hugging Face model (not the tiny one)."""
 EVAL_CONFIG = "lrmgym.eval.config:EvalConfig"
+MEASURED_ON: dict[str, Any] = {"env": "math", "policy": "tiny", "judge": [], "backend": "native"}
+"""The groups a learner preset's ``idle_steps_per_s`` (its speed on an idle 2-core machine) was measured with."""
+SPEED_NEUTRAL = frozenset(
+    f"learner.{key}"
+    for key in (
+        "steps", "time_budget_s", "generation_budget", "checkpoint_every", "keep_checkpoints", "log_samples",
+        "progress", "eval_every", "eval_before_after", "eval_greedy", "lr", "warmup_steps", "lr_decay",
+        "min_lr_ratio", "idle_steps_per_s",
+    )
+)  # fmt: skip
+"""Keys that leave a training step's cost as measured: budgets, logging, evaluation and the learning-rate schedule."""
 
 _TOKEN_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>.*)$", re.DOTALL)
 
@@ -206,9 +217,23 @@ def merged_tree(
             tree["env"] = _env_selection(chosen["env"])
         elif group in chosen:
             tree[group] = load_preset(group, chosen[group])
+    if not _as_measured(chosen, dotted) and isinstance(tree.get("learner"), dict):
+        tree["learner"].pop("idle_steps_per_s", None)
     for path, value, _ in dotted:
         _set_path(tree, path, value)
     return tree
+
+
+def _as_measured(chosen: Mapping[str, Any], dotted: Sequence[tuple[list[str], Any, str]]) -> bool:
+    """Whether a run is the one its learner preset's ``idle_steps_per_s`` was measured on (see :data:`MEASURED_ON`).
+
+    Another env, policy, judge or backend, or a key that changes what a step costs, makes the figure wrong (a
+    larger model's expected finish time would be off by orders of magnitude), so the resolver drops it; a run that
+    sets ``learner.idle_steps_per_s`` itself keeps its own.
+    """
+    if any(chosen.get(group) != preset for group, preset in MEASURED_ON.items()):
+        return False
+    return all(path[0] in ("eval", "run") or ".".join(path) in SPEED_NEUTRAL for path, _, _ in dotted)
 
 
 # ------------------------------------------------------------------------------------------------ validation

@@ -73,8 +73,8 @@ class LoopConfig(BaseModel):
     """Show a progress bar with reward and tokens/s."""
     idle_steps_per_s: float | None = Field(None, gt=0.0)
     """The steps per second this configuration was measured at on an idle 2-core machine (the default run's preset
-    sets it): the run prints when it expects to finish, and its summary says when the machine ran slower. It
-    informs only; None: no expectation."""
+    sets it, and the resolver drops it for runs it does not describe): the run prints when it expects to finish,
+    and its summary says when the machine ran slower. It informs only; None: no expectation."""
 
 
 @dataclass

@@ -107,3 +107,20 @@ def test_the_default_run_trains_a_fixed_number_of_steps():
     learner = resolve(("env=math", "learner=grpo")).learner
     assert learner.time_budget_s is None and learner.steps == 1300 and learner.idle_steps_per_s == 2.5
     assert resolve(("env=math", "learner=grpo", "learner.time_budget_s=530")).learner.time_budget_s == 530
+
+
+@pytest.mark.parametrize(
+    ("extra", "idle"),
+    [
+        ((), 2.5),
+        (("learner.steps=60", "learner.time_budget_s=530", "eval.tasks=100", "run.seed=1", "learner.lr=1e-4"), 2.5),
+        (("policy=hf", "policy.model=/path/to/model"), None),  # another model: 2.5 steps/s would be fiction
+        (("judge=arena",), None),
+        (("env=code",), None),
+        (("learner.group_size=16",), None),
+        (("policy.path=/elsewhere",), None),
+        (("policy=hf", "policy.model=/path/to/model", "learner.idle_steps_per_s=0.1"), 0.1),  # the user's own
+    ],
+)
+def test_the_idle_speed_holds_only_for_the_run_it_was_measured_on(extra, idle):
+    assert resolve(("env=math", "learner=grpo", *extra)).learner.idle_steps_per_s == idle
