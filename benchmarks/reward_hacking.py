@@ -24,7 +24,12 @@ BEFORE = (
     "1.0, do-nothing functions 0.125-0.75 from asserts that cannot fail; the harness-takeover cases here write "
     "the new record format, and a marshal-format forgery of the same attack scored 1 000 000 of 2 tests, see "
     "tests/envs/code/test_code_integrity.py), 38 of the 64 math attacks scored 1.0 and 14 were ungradeable "
-    "(masked: the timeout opt-out), and 2 math controls failed (3e3 for 3000, e^{i pi} for -1)."
+    "(masked: the timeout opt-out), and 2 math controls failed (3e3 for 3000, e^{i pi} for -1). Round 3 (issue 35), "
+    "measured on commit 0ff3c91 with the round-3 cases: 55 of the 58 new math attacks were paid (copying the "
+    "question's expression, answers in a form the task does not ask for, a name in the middle of a false chain, "
+    "bracketed decimals past the rounding rule, percent read two ways) and 19 of the 24 new code attacks (lookup "
+    "tables of the tests the prompt shows, constant answers, print-then-lookup over two turns, fake modules for "
+    "names the tests use); their 16 controls earned full marks before and after."
 )
 
 

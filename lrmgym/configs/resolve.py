@@ -61,6 +61,17 @@ DEFAULTS: dict[str, Any] = {"env": "math", "policy": "tiny", "learner": "grpo", 
 BACKEND_POLICY = {"openrlhf": "hf"}
 """The policy preset a backend implies when none is named: OpenRLHF trains a Hugging Face model (not the tiny one)."""
 EVAL_CONFIG = "lrmgym.eval.config:EvalConfig"
+MEASURED_ON: dict[str, Any] = {"env": "math", "policy": "tiny", "judge": [], "backend": "native"}
+"""The groups a learner preset's ``idle_steps_per_s`` (its speed on an idle 2-core machine) was measured with."""
+SPEED_NEUTRAL = frozenset(
+    f"learner.{key}"
+    for key in (
+        "steps", "time_budget_s", "generation_budget", "checkpoint_every", "keep_checkpoints", "log_samples",
+        "progress", "eval_every", "eval_before_after", "eval_greedy", "lr", "warmup_steps", "lr_decay",
+        "min_lr_ratio", "idle_steps_per_s",
+    )
+)  # fmt: skip
+"""Keys that leave a training step's cost as measured: budgets, logging, evaluation and the learning-rate schedule."""
 
 _TOKEN_RE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(?P<value>.*)$", re.DOTALL)
 
@@ -211,9 +222,23 @@ def merged_tree(
             tree["env"] = _env_selection(chosen["env"])
         elif group in chosen:
             tree[group] = load_preset(group, chosen[group])
+    if not _as_measured(chosen, dotted) and isinstance(tree.get("learner"), dict):
+        tree["learner"].pop("idle_steps_per_s", None)
     for path, value, _ in dotted:
         _set_path(tree, path, value)
     return tree
+
+
+def _as_measured(chosen: Mapping[str, Any], dotted: Sequence[tuple[list[str], Any, str]]) -> bool:
+    """Whether a run is the one its learner preset's ``idle_steps_per_s`` was measured on (see :data:`MEASURED_ON`).
+
+    Another env, policy, judge or backend, or a key that changes what a step costs, makes the figure wrong (a
+    larger model's expected finish time would be off by orders of magnitude), so the resolver drops it; a run that
+    sets ``learner.idle_steps_per_s`` itself keeps its own.
+    """
+    if any(chosen.get(group) != preset for group, preset in MEASURED_ON.items()):
+        return False
+    return all(path[0] in ("eval", "run") or ".".join(path) in SPEED_NEUTRAL for path, _, _ in dotted)
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -266,7 +291,48 @@ def validate_component(group: str, path: str, data: Any) -> BaseModel:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: invalid value {show(data)}: expected a mapping with a 'kind' key.")
     cls = _component_class(group, path, data.get("kind"))
-    return _validate(path, cls, data)
+    try:
+        return _validate(path, cls, data)
+    except ConfigError as err:
+        if path != group:  # a judge, or a component inside another: no group token picks it
+            raise
+        raise _with_preset_hint(err, group, [k for k in data if k not in cls.model_fields], data.get("kind")) from None
+
+
+def _component_fields(group: str, preset: dict[str, Any]) -> Any:
+    """The keys a preset's component takes (its config class's fields); ``()`` when its class cannot load."""
+    if group == "env":
+        from lrmgym.registry import env_class
+
+        try:
+            return fields_at(getattr(env_class(preset["id"]), "Config", None), [])
+        except Exception:  # noqa: BLE001 - a plug-in that does not load only loses the hint
+            return ()
+    try:
+        return _component_class(group, group, preset.get("kind")).model_fields
+    except ConfigError:  # a kind whose extra is not installed
+        return ()
+
+
+def _with_preset_hint(err: ConfigError, group: str, unknown: Sequence[str], current: Any) -> ConfigError:
+    """``err`` with `` policy.model needs policy=hf (or openai, vllm): add policy=hf.`` when other presets take the key.
+
+    ``lrmgym run policy.model=PATH`` sets a key of the default tiny policy, which has none by that name: the
+    message names the preset that has it, so that the fix is one token away. ``current`` is the chosen
+    component's kind (env: its id), whose presets are not suggested.
+    """
+    key = next((k for k in unknown if str(err).startswith(f"{group}.{k}: unknown key")), None)
+    if key is None:
+        return err
+    takers = []
+    for name in list_presets(group):
+        preset = load_preset(group, name)
+        if preset.get("id" if group == "env" else "kind") != current and key in _component_fields(group, preset):
+            takers.append(name)
+    if not takers:
+        return err
+    others = f" (or {', '.join(takers[1:])})" if len(takers) > 1 else ""
+    return ConfigError(f"{err} {group}.{key} needs {group}={takers[0]}{others}: add {group}={takers[0]}.")
 
 
 def validate_env(data: Any) -> EnvConfig:
@@ -346,10 +412,11 @@ def _validate_options(env_id: str, model: Any, options: dict[str, Any]) -> Any:
     if model.model_config.get("extra") != "allow":
         for key in options:
             if key not in fields and key not in aliases:
-                raise ConfigError(
+                err = ConfigError(
                     f"env.{key}: unknown key (value {show(options[key])})"
                     + allowed(key, fields, f"`lrmgym envs show {env_id}` shows all {{n}} options")
                 )
+                raise _with_preset_hint(err, "env", [key], env_id)
     return _validate("env", model, options)
 
 

@@ -198,6 +198,8 @@ FIELDS: dict[str, FieldRule] = {
     "learner.log_samples": _i("the native samples.jsonl; OpenRLHF logs one sample per step itself"),
     "learner.torch_threads": _i("CPU threads of the native trainer; OpenRLHF's GPU workers set their own"),
     "learner.progress": _i("the native progress bar; OpenRLHF shows its own"),
+    "learner.idle_steps_per_s": _i("the native run's expected speed, for its progress and summary lines"),
+    "learner.max_failed_steps": _i("the native loop's stop after steps that graded nothing; OpenRLHF trains on"),
     # -- the update (PolicyGradientConfig)
     "learner.lr": _m("--actor.adam.lr"),
     "learner.warmup_steps": _m("--actor.lr_warmup_ratio warmup_steps / steps"),
@@ -242,6 +244,7 @@ FIELDS: dict[str, FieldRule] = {
     "learner.max_turns": _m("the plug-in's turn limit (write_plugins) and --data.max_len"),
     "learner.async_rollouts": _u("lrmgym's async rollouts take the sampler's log-probs as the ratio's old ones; "
                                  "OpenRLHF's async mode (backend.async_train) the trainer's"),
+    "learner.async_stall_s": _i("read only with learner.async_rollouts, which is refused"),
     # -- DAPO
     "learner.dynamic_sampling": _u("OpenRLHF's dynamic filtering drops a group by its mean score (outside (0, 1)), "
                                    "refills without a round cap and consumes train.jsonl as it goes"),

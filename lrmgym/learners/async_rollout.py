@@ -15,6 +15,11 @@ The worker builds its own env (judges included) and policy with the run context'
 ``make_policy`` (picklable builders; :func:`lrmgym.compose.build_context` makes them from the run's config), so
 the env must be makeable in a fresh interpreter (bundled, registered through the ``lrmgym.envs`` entry point,
 or registered at run time in the trainer, which the worker repeats).
+The worker is spawned (no fork of a process that holds torch threads), and a spawned process re-imports the
+``__main__`` script it was started from, which in a script without ``if __name__ == "__main__":`` would start
+training again in the worker. So when the builders need nothing from ``__main__`` (lrmgym's own envs, policies
+and configs), the worker starts without it and a plain script works as it is; when they do (an env class
+defined in the script), the script needs the guard, and a worker that died of its absence says so.
 Weights travel as a ``torch.save`` byte string per step (3.2 MB for the tiny model). The worker ignores
 SIGINT (the trainer handles Ctrl-C) and exits when the trainer's end of the pipe closes, so a trainer killed
 with SIGKILL does not leave it behind.
@@ -29,13 +34,18 @@ the last finished step, so ``lrmgym run --resume`` continues from the newest che
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing
+import pickle
+import pickletools
 import signal
+import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+import types
+from collections.abc import Iterator, Sequence
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -147,6 +157,34 @@ def _registration(env_id: str | None) -> tuple | None:
     return (spec.id, spec.entry_point, dict(spec.kwargs or {}))
 
 
+def _needs_main(objects: Any) -> bool:
+    """Whether unpickling ``objects`` imports ``__main__`` (a class or function defined in the running script)."""
+    try:
+        data = pickle.dumps(objects)
+    except Exception:  # noqa: BLE001 - let the process start raise its own pickling error
+        return True
+    return any(arg == "__main__" or str(arg).startswith("__main__ ") for _, arg, _ in pickletools.genops(data))
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """While a process is spawned: a blank ``__main__``, so that the child does not re-import the user's script."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")  # no __file__, no __spec__: nothing to re-import
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _main_script() -> str | None:
+    """The script (or ``-m`` module) ``__main__`` runs, which a spawned process re-imports; None in a REPL."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    return name or getattr(main, "__file__", None)
+
+
 class RolloutWorker:
     """A process that samples and grades rollouts with a copy of the trainer's policy.
 
@@ -176,12 +214,13 @@ class RolloutWorker:
         beat_s = min(1.0, self.stall_s / 10)
         # The builders travel pickled (with the config they close over), so config classes defined outside
         # lrmgym work too.
+        builders = (make_env, make_policy, threads, _registration(env_id))
         self._process = context.Process(
-            target=_worker_main,
-            args=(child, make_env, make_policy, threads, _registration(env_id), self._beats, beat_s),
-            name="lrmgym-rollout", daemon=True,
-        )  # fmt: skip
-        self._process.start()
+            target=_worker_main, args=(child, *builders, self._beats, beat_s), name="lrmgym-rollout", daemon=True
+        )
+        self._needs_main = _needs_main(builders)
+        with contextlib.nullcontext() if self._needs_main else _main_hidden():
+            self._process.start()
         child.close()
         self.pending = False
         self.pending_state: bytes | None = None  # the weights the pending rollout samples with
@@ -269,7 +308,16 @@ class RolloutWorker:
                 watch.check(what)
             kind, payload = self._conn.recv()
         except (EOFError, OSError):
-            raise self._lost(what) from None
+            lost = self._lost(what)
+            code = self._process.exitcode
+            script = _main_script() if self._needs_main and what == "start-up" and code and code > 0 else None
+            if script is not None:  # it died re-importing the user's script: the missing main guard
+                raise RolloutWorkerError(
+                    f"The rollout worker (pid {self._process.pid}) could not start: it re-imports {script} for the "
+                    "objects defined there, so that script's training code must sit under "
+                    '`if __name__ == "__main__":` (or set learner.async_rollouts=false).'
+                ) from None
+            raise lost from None
         if kind == "error":
             self.close()
             raise RolloutWorkerError(f"The rollout worker failed during {what}:\n{payload}")

@@ -86,6 +86,10 @@ def _last_failure(samples: list[dict[str, Any]], env: Any) -> str:
     return " ".join(str(found).split())[:400]
 
 
+SLOWER = 0.9
+"""A run below this share of ``idle_steps_per_s`` says in its summary that the machine ran slower."""
+
+
 class LoopConfig(BaseModel):
     """Options of the run loop, shared by every native learner."""
 
@@ -116,6 +120,13 @@ class LoopConfig(BaseModel):
     """torch intra-op threads; None keeps torch's default. On a busy 2-core machine 1 can be faster."""
     progress: bool = True
     """Show a progress bar with reward and tokens/s."""
+    idle_steps_per_s: float | None = Field(None, gt=0.0)
+    """The steps per second this configuration was measured at on an idle 2-core machine (the default run's preset
+    sets it, and the resolver drops it for runs it does not describe): the run prints when it expects to finish,
+    and its summary says when the machine ran slower. It informs only; None: no expectation."""
+    max_failed_steps: int = Field(3, ge=0, le=1_000_000)
+    """Stop (checkpoint saved, exit 1, the resume command printed) after this many steps in a row in which every
+    sample was ungradeable or a judge failed on every sample, e.g. a dead LLM-judge endpoint; 0: only warn."""
 
 
 @dataclass
@@ -170,7 +181,7 @@ class Loop:
 
     max_failed_steps: int = 3
     """Stop after this many steps in a row that graded nothing (see :func:`failed_step`); 0: only warn each step.
-    A loop config with a ``max_failed_steps`` field sets it; a library caller may set it on the loop."""
+    Set from ``LoopConfig.max_failed_steps`` (a loop config without that field keeps this default)."""
 
     def __init__(self, ctx: RunContext, cfg: LoopConfig, algorithm: Algorithm) -> None:
         self.ctx, self.cfg, self.algorithm = ctx, cfg, algorithm
@@ -305,6 +316,7 @@ class Loop:
         if self.cfg.eval_before_after and "before" not in self.evals:
             self._record_eval("before", self.evaluate("step_0"))
             self.save()  # a resume from here does not evaluate again
+        self._announce()
         bar = self._progress_bar()
         status = "finished"
         with _Interrupt() as interrupt:
@@ -366,6 +378,40 @@ class Loop:
         then = f"; the run stops after {limit} such steps in a row" if limit else ""
         _say(f"warning: step {self.step}: {what}; last error: {last}{then}.")
         return None
+
+    def _announce(self) -> None:
+        """Before training: the steps to run and, at the idle machine's speed, when they will be done."""
+        rate, left = self.cfg.idle_steps_per_s, self.cfg.steps - self.step
+        if rate is None or left <= 0:
+            return
+        seconds = left / rate
+        finish = time.strftime("%H:%M", time.localtime(time.time() + seconds))
+        budget = self.cfg.time_budget_s
+        cap = f"; learner.time_budget_s={budget:g} stops it sooner on a slower one" if budget else ""
+        _say(
+            f"Training {left} steps: about {_duration(seconds)} at the {rate:g} steps/s of an idle 2-core machine, "
+            f"done at about {finish}, then the final evaluation{cap}."
+        )
+
+    def speed(self, status: str) -> dict[str, Any]:
+        """The run's training speed against ``idle_steps_per_s``, with a sentence when the machine ran slower."""
+        rate = self.step / self.elapsed_s if self.step and self.elapsed_s > 0 else None
+        idle = self.cfg.idle_steps_per_s
+        out: dict[str, Any] = {"steps_per_s": rate, "idle_steps_per_s": idle}
+        if rate is None or idle is None or rate >= SLOWER * idle:
+            return out
+        cause = (
+            f"so learner.time_budget_s ended training after {self.step} of {self.cfg.steps} steps: fewer than the "
+            "preset's, so the result is not comparable to its"
+            if status == "time_budget"
+            else f"so the run took longer; it trained the same {self.step} steps, and a fixed number of steps with a "
+            "fixed seed gives the same result at any speed"
+        )
+        out["note"] = (
+            f"This machine trained at {rate:.2f} steps/s, {idle / rate:.1f}x slower than the {idle:g} steps/s of an "
+            f"idle 2-core machine (other processes, fewer or slower cores), {cause}."
+        )
+        return out
 
     def train_step(self) -> dict[str, Any]:
         """One step of the algorithm; appends its line to ``metrics.jsonl`` and returns it."""
@@ -444,6 +490,7 @@ class Loop:
             "steps_planned": self.cfg.steps,
             "train_wall_s": self.elapsed_s,
             "generations": self.generations,
+            "speed": self.speed(status),
             "evals": self.evals,
             "last10": {
                 k: float(np.mean([m[k] for m in last if m.get(k) is not None]))
@@ -481,6 +528,13 @@ class Loop:
             console.print(table)
         steps, train_s = summary["steps"], summary["train_wall_s"]
         console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
+        speed = summary["speed"]
+        if "note" in speed:
+            console.print(speed["note"])
+        elif speed["steps_per_s"] is not None and speed["idle_steps_per_s"] is not None:
+            console.print(
+                f"speed: {speed['steps_per_s']:.2f} steps/s (an idle 2-core machine: {speed['idle_steps_per_s']:g})"
+            )
 
 
 class _Interrupt:
@@ -514,6 +568,12 @@ class _Interrupt:
 
 def _say(message: str) -> None:
     print(message, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """``8 min 40 s``, ``45 s``."""
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
 def _eval_summary(report: dict[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,10 @@ class RolloutConfig(PolicyGradientConfig):
     """Sample and grade the next step's rollouts in a second process while this step trains (one step of policy
     lag; the ratio then uses the sampler's log-probs). Pays off with a spare CPU core; the env must be makeable
     by id in a fresh interpreter. See lrmgym/learners/async_rollout.py."""
+    async_stall_s: float = Field(60.0, gt=0.0, le=86_400.0)
+    """With async_rollouts: give up on a rollout worker that shows no sign of life (its heartbeat) for this many
+    seconds, e.g. stopped by SIGSTOP or Ctrl-Z; the run then stops with the resume command. Counts heartbeats, not
+    the rollout's length, so a long rollout never trips it."""
 
     @model_validator(mode="after")
     def _check_rollout(self) -> RolloutConfig:
@@ -136,7 +140,7 @@ class OnPolicy(Algorithm):
         if cfg.async_rollouts:
             from lrmgym.learners.async_rollout import RolloutWorker
 
-            self.worker = RolloutWorker.for_context(ctx, threads=cfg.torch_threads)
+            self.worker = RolloutWorker.for_context(ctx, threads=cfg.torch_threads, stall_s=cfg.async_stall_s)
 
     def collect(self) -> tuple[Rollout, float | None]:
         """This step's B groups from the data position (which moves past them) and, async, the seconds waited.

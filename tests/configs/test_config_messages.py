@@ -83,3 +83,37 @@ def test_dev_null_as_a_data_source():
     )
     with pytest.raises(ConfigError, match=r"^env: source '/dev/null' is not a regular file \(a device or pipe"):
         resolve(("env=code", "policy=mock", "env.source=/dev/null"))
+
+
+@pytest.mark.parametrize(
+    ("tokens", "fix"),
+    [
+        # The README's first command without policy=hf: the default tiny policy has no `model`.
+        (
+            ("env=math", "judge=arena", "learner=grpo", "policy.model=/path/to/model", "learner.lr=1e-6"),
+            "policy.model needs policy=hf (or openai, vllm): add policy=hf.",
+        ),
+        (("env=math", "learner.critic_lr=1e-5"), "learner.critic_lr needs learner=ppo: add learner=ppo."),
+        (
+            ("env=math", "backend.gpus_per_node=8"),
+            "backend.gpus_per_node needs backend=openrlhf: add backend=openrlhf.",
+        ),
+        (("env=math", "env.feedback=names"), "env.feedback needs env=code: add env=code."),
+        (("env=math", "env.mode=single"), "env.mode needs env=game24: add env=game24."),
+    ],
+)
+def test_a_key_of_another_preset_names_the_preset_to_add(tokens, fix):
+    with pytest.raises(ConfigError) as err:
+        resolve(tokens)
+    message = str(err.value)
+    assert message.endswith(f" {fix}") and "\n" not in message
+    key = fix.split(" ", 1)[0]
+    assert message.startswith(f"{key}: unknown key")
+    fixed = (*tokens, fix.rsplit("add ", 1)[1].rstrip("."))
+    if key.startswith("backend."):  # OpenRLHF trains a Hugging Face model: it needs one named
+        fixed = (*fixed, "policy.model=/path/to/model", "learner.time_budget_s=null", "learner.async_rollouts=false")
+    resolve(fixed)  # the named fix is the whole fix
+
+
+def test_a_key_no_preset_takes_gets_no_preset_hint():
+    assert "needs" not in fail("learner.lrr=1") and "needs" not in fail("policy.zzz=1")

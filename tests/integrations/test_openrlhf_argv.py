@@ -36,8 +36,8 @@ from lrmgym.integrations.openrlhf_launch import (
 
 openrlhf_dir = openrlhf_wheel.openrlhf_dir  # the session fixture: the unpacked 0.11.2 wheel (skips offline)
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-# The learner presets are sized for the tiny CPU model: a 530 s budget and async rollouts, which OpenRLHF cannot
-# express. Two GPUs: the defaults' 8 would need 8 micro batches per step.
+# The learner presets are sized for the tiny CPU model: async rollouts (and, opted in, a wall-clock budget), which
+# OpenRLHF cannot express. Two GPUs: the defaults' 8 would need 8 micro batches per step.
 BASE = ("env=math", "backend=openrlhf", "policy=hf", f"policy.model={MODEL}", "learner.time_budget_s=null",
         "learner.async_rollouts=false", "backend.gpus_per_node=2")  # fmt: skip
 
@@ -217,7 +217,8 @@ def test_the_harness_fails_on_what_openrlhf_refuses(openrlhf_dir):
 
 # ------------------------------------------------------------------------------------------------ refusals
 def test_the_cpu_sized_presets_are_refused_with_every_fix_at_once():
-    message = refusal("learner=grpo", base=("env=math", "backend=openrlhf", "policy=hf", f"policy.model={MODEL}"))
+    base = ("env=math", "backend=openrlhf", "policy=hf", f"policy.model={MODEL}")
+    message = refusal("learner=grpo", "learner.time_budget_s=530", base=base)  # the opt-in wall-clock budget
     assert message.startswith(
         "backend=openrlhf cannot run this config as it is; 2 settings to change (nothing was written): "
     )
@@ -366,7 +367,8 @@ def test_backend_openrlhf_round_trips_through_the_saved_config():
         (("backend=nope",), "backend: unknown preset 'nope'; allowed: native, openrlhf."),
         (("backend.kind=openrlhff",), "backend.kind: unknown kind 'openrlhff'; allowed: native, openrlhf. Did you "
          "mean 'openrlhf'?"),
-        (("backend.num_nodes=2",), "backend.num_nodes: unknown key (value 2); allowed: kind."),
+        (("backend.num_nodes=2",), "backend.num_nodes: unknown key (value 2); allowed: kind. backend.num_nodes "
+         "needs backend=openrlhf: add backend=openrlhf."),
         (("backend=openrlhf", "backend.zero_stage=4"), "backend.zero_stage: invalid value 4; allowed: 0, 1, 2 or 3."),
         (("backend=openrlhf", "backend.async_train=true"), "backend: backend.async_train=true needs "
          "backend.colocate=false: OpenRLHF's async mode samples with vLLM on GPUs of its own while the actor trains "

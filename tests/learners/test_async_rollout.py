@@ -264,3 +264,57 @@ def test_a_request_that_does_not_pickle_raises_in_the_trainer():
         assert not worker.pending
     finally:
         worker.close()
+
+
+_SCRIPT_HEAD = """
+import lrmgym
+from lrmgym.compose import train
+from lrmgym.configs.resolve import resolve
+from lrmgym.envs.echo import EchoEnv
+"""
+_SCRIPT_TRAIN = """
+cfg = resolve([ENV, "learner=grpo", "learner.steps=1", "learner.prompts_per_step=2", "learner.group_size=2",
+               "learner.max_new_tokens=4", "learner.eval_before_after=false", "learner.progress=false"])
+print("steps", train(cfg, "runs/mine")["steps"])
+"""
+
+
+def _run_script(tmp_path, source: str):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_me.py"
+    script.write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+@pytest.mark.timeout(900)  # a training script in a subprocess: minutes on a loaded 2-core machine
+def test_a_script_without_a_main_guard_trains_with_async_rollouts(tmp_path):
+    # The worker is spawned; spawning re-imports __main__, which here would start training again inside the
+    # worker. Nothing the worker needs lives in the script, so it starts without it.
+    done = _run_script(tmp_path, _SCRIPT_HEAD + "ENV = 'env=echo'\n" + _SCRIPT_TRAIN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "steps 1"
+
+
+@pytest.mark.timeout(900)  # a training script in a subprocess: minutes on a loaded 2-core machine
+def test_a_script_whose_env_needs_the_main_guard_is_told_so(tmp_path):
+    # An env class defined in the script: the worker must import the script to rebuild it, so the script's top
+    # level runs again there; without the guard that fails, and the message names the fix.
+    source = (
+        _SCRIPT_HEAD
+        + "class MyEcho(EchoEnv):\n    pass\n\n"
+        + "lrmgym.register('lrmgym/MyEcho-v0', MyEcho)\nENV = 'env=MyEcho-v0'\n"
+        + _SCRIPT_TRAIN
+    )
+    done = _run_script(tmp_path, source)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("lrmgym.learners.async_rollout.RolloutWorkerError: The rollout worker (pid ")
+    assert last.endswith(
+        f"could not start: it re-imports {tmp_path / 'train_me.py'} for the objects defined there, so that script's "
+        'training code must sit under `if __name__ == "__main__":` (or set learner.async_rollouts=false).'
+    )

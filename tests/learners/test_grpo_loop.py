@@ -241,3 +241,44 @@ def test_learner_thread_count_wins_over_the_policy_build(tmp_path, monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_states_its_expected_finish_and_its_speed_against_the_idle_machine(tmp_path, capsys):
+    # 1e-6 steps/s: any machine is faster than that "idle" figure, so no slower-than-expected sentence.
+    summary = train(run_config(_learner(steps=2, idle_steps_per_s=1e-6, eval_before_after=True)), tmp_path / "a")
+    out = capsys.readouterr().out
+    announce = next(line for line in out.splitlines() if line.startswith("Training 2 steps: "))
+    assert re.fullmatch(
+        r"Training 2 steps: about \d+ min \d+ s at the 1e-06 steps/s of an idle 2-core machine, done at about "
+        r"\d\d:\d\d, then the final evaluation\.",
+        announce,
+    )
+    speed = summary["speed"]
+    assert speed["steps_per_s"] == pytest.approx(2 / summary["train_wall_s"]) and speed["idle_steps_per_s"] == 1e-6
+    assert "note" not in speed and "slower" not in out
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["speed"] == speed
+    assert re.search(r"^speed: \d+\.\d\d steps/s \(an idle 2-core machine: 1e-06\)$", out, re.M)
+
+
+def test_a_run_slower_than_the_idle_machine_says_so(tmp_path, capsys):
+    # 1e6 steps/s: every machine is slower; the same steps were trained, so the sentence says the result holds.
+    summary = train(run_config(_learner(steps=2, idle_steps_per_s=1e6, eval_before_after=True)), tmp_path / "a")
+    note = summary["speed"]["note"]
+    assert re.fullmatch(
+        r"This machine trained at \d+\.\d\d steps/s, [\d.]+x slower than the 1e\+06 steps/s of an idle 2-core machine "
+        r"\(other processes, fewer or slower cores\), so the run took longer; it trained the same 2 steps, and a fixed "
+        r"number of steps with a fixed seed gives the same result at any speed\.",
+        note,
+    )
+    assert note in " ".join(capsys.readouterr().out.split())
+    # Stopped by an opt-in time budget, the run says that its step count fell short.
+    cut = train(run_config(_learner(steps=50, time_budget_s=1e-3, idle_steps_per_s=1e6)), tmp_path / "b")
+    assert cut["status"] == "time_budget" and cut["steps"] == 1
+    assert "ended training after 1 of 50 steps" in cut["speed"]["note"]
+
+
+def test_a_run_without_an_idle_figure_states_no_expectation(tmp_path, capsys):
+    summary = train(run_config(_learner(steps=1, eval_before_after=True)), tmp_path)
+    assert summary["speed"]["idle_steps_per_s"] is None and "note" not in summary["speed"]
+    out = capsys.readouterr().out
+    assert "Training 1 steps" not in out and "speed:" not in out

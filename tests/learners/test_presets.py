@@ -43,6 +43,8 @@ def test_every_learner_preset_resolves(name):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_a_variant_is_grpo_yaml_with_its_algorithm_keys_changed(name):
     grpo, preset = load_preset("learner", "grpo"), load_preset("learner", name)
+    assert "idle_steps_per_s" not in preset  # the default run's measured speed is grpo.yaml's own
+    grpo.pop("idle_steps_per_s")
     changed = {k: v for k, v in preset.items() if grpo.get(k, _MISSING) != v}
     assert changed == VARIANTS[name]
     assert set(grpo) <= set(preset)  # the budget, batch and model settings are all there, unchanged
@@ -97,3 +99,28 @@ def test_a_preset_trains_two_steps_on_the_test_env(tmp_path, monkeypatch, name):
     assert [m["step"] for m in lines] == [1, 2]
     assert all(m["grad_norm"] is not None and m["grad_norm"] > 0 for m in lines)
     assert lines[1]["kl_ref"] > 0  # the first update moved the policy
+
+
+def test_the_default_run_trains_a_fixed_number_of_steps():
+    # `lrmgym run env=math learner=grpo`: the same steps at any load (the time budget is an option), with the
+    # idle machine's speed to print the expected finish time and compare the run's speed against.
+    learner = resolve(("env=math", "learner=grpo")).learner
+    assert learner.time_budget_s is None and learner.steps == 1300 and learner.idle_steps_per_s == 2.5
+    assert resolve(("env=math", "learner=grpo", "learner.time_budget_s=530")).learner.time_budget_s == 530
+
+
+@pytest.mark.parametrize(
+    ("extra", "idle"),
+    [
+        ((), 2.5),
+        (("learner.steps=60", "learner.time_budget_s=530", "eval.tasks=100", "run.seed=1", "learner.lr=1e-4"), 2.5),
+        (("policy=hf", "policy.model=/path/to/model"), None),  # another model: 2.5 steps/s would be fiction
+        (("judge=arena",), None),
+        (("env=code",), None),
+        (("learner.group_size=16",), None),
+        (("policy.path=/elsewhere",), None),
+        (("policy=hf", "policy.model=/path/to/model", "learner.idle_steps_per_s=0.1"), 0.1),  # the user's own
+    ],
+)
+def test_the_idle_speed_holds_only_for_the_run_it_was_measured_on(extra, idle):
+    assert resolve(("env=math", "learner=grpo", *extra)).learner.idle_steps_per_s == idle
