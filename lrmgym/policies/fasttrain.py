@@ -29,6 +29,12 @@ mode and the compiled graph round differently (fused kernels), within float tole
   (differentiable), and continuation rows on top of a row-selection of them, the layout of
   :mod:`lrmgym.learners.shared_prefix`.
 
+At real-model sizes two things change, by size, so that the tiny default model's update stays as it was: from
+:data:`SDPA_MIN_KEYS` attended positions on, attention runs through ``scaled_dot_product_attention`` (its fused
+causal kernel keeps no ``[t, t]`` scores for the backward), and where a pass's logits exceed :data:`LOGIT_CHUNK`
+elements, :meth:`LlamaTrainer.logprobs` computes log-probs and entropies chunk by chunk (:func:`head_logprobs`:
+the logits of a chunk are recomputed in the backward, never kept whole).
+
 Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (llama, mistral without a sliding window,
 qwen2; plain or LoRA linear layers; no hooks). In addition, a model in training mode with a dropout that would
 be active (attention dropout, a LoRA dropout) or with gradient checkpointing on does not qualify: this forward
@@ -57,10 +63,27 @@ from lrmgym.policies.fastdecode import (
     llama_like,
 )
 
-__all__ = ["LlamaTrainer", "causal_lm_logits", "compile_unavailable"]
+__all__ = ["LOGIT_CHUNK", "SDPA_MIN_KEYS", "LlamaTrainer", "causal_lm_logits", "compile_unavailable", "head_logprobs"]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
+
+
+SDPA_MIN_KEYS = 512
+"""From this many attended positions (prefix + pass) on, attention runs through ``scaled_dot_product_attention``
+(its causal or masked fused kernel: no ``[b, H, t, P+t]`` score and probability tensors kept for the backward);
+below it, as two batched products and a softmax. The tiny default model never reaches it (256 positions at most),
+so its update is unchanged. Measured on a CPU, one thread, head size 32, 4 heads, 1 024 tokens per pass, forward
+and backward of the attention alone: 2.95/2.82 ms (products/SDPA) at 64 positions, 5.4/4.8 at 128, 8.8/8.7 at 256,
+24.7/18.1 at 512, 35.3/26.1 at 1 024; and the memory a 4 096-position row's attention keeps for its backward
+(8 query and 2 key/value heads of 64): 1 651 MB as products, 37 MB through SDPA's causal kernel, 146 MB with an
+explicit mask (the mask itself). ``benchmarks/memory_real.py`` measures whole passes."""
+
+LOGIT_CHUNK = 1 << 24
+"""Logit elements (64 MiB in float32) that :func:`head_logprobs` computes at a time. A pass whose logits fit in one
+chunk (the tiny default model's: 1 024 tokens x 103) computes them whole, as before; a larger one (a 152k
+vocabulary: 110 tokens per chunk) computes log-probs and entropies chunk by chunk and recomputes each chunk's
+logits in the backward, so no ``[tokens, V]`` tensor outlives its chunk."""
 
 
 def compile_unavailable() -> str | None:
@@ -134,6 +157,93 @@ class _TrainLayer:
         self.eps1, self.eps2 = _eps(self.norm1), _eps(self.norm2)
 
 
+class _HeadLogProbs(torch.autograd.Function):
+    """Next-token log-probs (and detached entropies) of ``hidden @ weight.T + bias``, ``rows`` tokens at a time.
+
+    Forward: per chunk, the logits in float32 (divided by the temperature), their logsumexp ``lse``, the target's
+    ``logit - lse``. Only ``hidden``, the targets and ``lse`` are kept. Backward: per chunk, the logits again, and
+    ``d logp / d logits = onehot(target) - softmax`` (divided by the temperature) times the incoming gradient,
+    then the two products of a linear layer's backward (the weight's gradient accumulated over chunks).
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        temperature: float,
+        rows: int,
+        entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = hidden.shape[0]
+        logp = torch.empty(m, dtype=torch.promote_types(weight.dtype, torch.float32), device=hidden.device)
+        lse = torch.empty_like(logp)
+        ent = torch.empty_like(logp) if entropy else logp.new_empty(0)
+        for s in range(0, m, rows):
+            logits = _chunk_logits(hidden[s : s + rows], weight, bias, temperature)
+            lse[s : s + rows] = chunk_lse = torch.logsumexp(logits, dim=-1)
+            logp[s : s + rows] = logits.gather(-1, targets[s : s + rows, None]).squeeze(-1) - chunk_lse
+            if entropy:  # H = lse - sum(p * logits)
+                probs = (logits - chunk_lse[:, None]).exp_()
+                ent[s : s + rows] = chunk_lse - torch.linalg.vecdot(probs, logits)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.temperature, ctx.rows = temperature, rows
+        ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _: torch.Tensor) -> tuple:  # noqa: D102
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        rows, temperature = ctx.rows, ctx.temperature
+        grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        for s in range(0, hidden.shape[0], rows):
+            h, g = hidden[s : s + rows], grad[s : s + rows, None].to(lse.dtype)
+            dlogits = (_chunk_logits(h, weight, bias, temperature) - lse[s : s + rows, None]).exp_().mul_(-g)
+            dlogits.scatter_add_(1, targets[s : s + rows, None], g)
+            if temperature != 1.0:
+                dlogits.div_(temperature)
+            dlogits = dlogits.to(weight.dtype)
+            if grad_h is not None:
+                grad_h[s : s + rows] = dlogits @ weight
+            if grad_w is not None:
+                grad_w.addmm_(dlogits.t(), h.to(weight.dtype))
+            if grad_b is not None:
+                grad_b += dlogits.sum(0)
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> Any:
+    logits = F.linear(hidden, weight, bias)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # float32, or float64 for float64 input
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+def head_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log softmax(F.linear(hidden, weight, bias) / temperature)`` at ``targets``, without the whole logits.
+
+    ``hidden [..., h]`` and ``targets [...]`` (token ids) give ``(logp [...], entropy [...] or None)`` in float32
+    (float64 for float64 input), computed :data:`LOGIT_CHUNK` logit elements at a time (the logits are recomputed in
+    the backward). The entropies are detached. Differentiable in ``hidden``, ``weight`` and ``bias``.
+    """
+    shape = targets.shape
+    rows = max(1, LOGIT_CHUNK // weight.shape[0])
+    logp, ent = _HeadLogProbs.apply(
+        hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1), float(temperature), rows, entropy
+    )
+    return logp.view(shape), (ent.view(shape) if entropy else None)
+
+
 def _steps_aside(model: Any) -> bool:
     """Whether ``model.forward`` must run instead of this module.
 
@@ -176,18 +286,22 @@ class LlamaTrainer(_LlamaParts):
 
     # ------------------------------------------------------------------------------------------ the layers
     def _run(
-        self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, past: KV | None, group: int = 1
+        self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None, past: KV | None, group: int = 1
     ) -> tuple:
         """Hidden states after the final norm ``[b, t, hidden]`` and this pass's keys and values.
 
         ``bias [t, P+t]`` or ``[b, 1, t, P+t]`` is added to the attention scores (0 where a query may see a key,
-        the dtype's lowest value where not); ``past`` holds the keys and values of the ``P`` positions before,
-        one entry per ``group`` consecutive rows (see :meth:`extend`).
+        the dtype's lowest value where not), ``None`` for a plain causal pass (``P = 0``); ``past`` holds the keys
+        and values of the ``P`` positions before, one entry per ``group`` consecutive rows (see :meth:`extend`).
+        Attention runs as batched products under :data:`SDPA_MIN_KEYS` keys, through SDPA from there on.
         """
         b, t = ids.shape
         heads, kv, d = self.heads, self.kv_heads, self.head_dim
         x = F.embedding(ids, self.embed, padding_idx=self.padding_idx)
         rotations = _rotations(self.rotary, x, positions)  # [b, t, 1, D/2], complex
+        fused = t + (past[0][0].shape[2] if past else 0) >= SDPA_MIN_KEYS
+        if bias is None and not fused:
+            bias = self._causal(t, self.embed)
         kept: KV = []
         for i, layer in enumerate(self.layers):
             h = _Normalize.apply(x, layer.eps1)
@@ -199,10 +313,15 @@ class LlamaTrainer(_LlamaParts):
             kept.append((k, v))
             if past is not None:
                 k, v = _after_prefix(past[i][0], k, group), _after_prefix(past[i][1], v, group)
-            if kv != heads:  # grouped-query attention: each key/value head serves heads / kv query heads
-                k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
-            scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
-            attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
+            if fused:  # q is pre-scaled (the scale is folded into q's weights): scale=1
+                attn = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=bias, is_causal=bias is None, scale=1.0, enable_gqa=kv != heads
+                )
+            else:
+                if kv != heads:  # grouped-query attention: each key/value head serves heads / kv query heads
+                    k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
+                scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
+                attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
             x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
             h = _Normalize.apply(x, layer.eps2)
             x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
@@ -211,6 +330,21 @@ class LlamaTrainer(_LlamaParts):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of :meth:`_run`'s final hidden states (normalized, before the final norm's weight)."""
         return F.linear(hidden, self.lm_head_w * self.final_norm.weight, self.lm_head_b)
+
+    def fits_whole(self, tokens: int) -> bool:
+        """Whether the logits of ``tokens`` positions fit in one :data:`LOGIT_CHUNK` (else :meth:`logprobs`)."""
+        return tokens * self.lm_head_w.shape[0] <= LOGIT_CHUNK
+
+    def logprobs(
+        self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:func:`head_logprobs` of final hidden states ``[..., hidden]`` (:meth:`hidden`) at ``targets [...]``.
+
+        The final norm's weight multiplies the hidden states here rather than the head's weight (as :meth:`head`
+        does), so no second ``[V, hidden]`` weight is made.
+        """
+        scaled = hidden * self.final_norm.weight
+        return head_logprobs(scaled, self.lm_head_w, self.lm_head_b, targets, temperature, entropy)
 
     def _causal(self, t: int, like: torch.Tensor) -> torch.Tensor:
         blocked = torch.ones(t, t, dtype=torch.bool, device=like.device).triu(1)
@@ -222,21 +356,28 @@ class LlamaTrainer(_LlamaParts):
 
         On the real tokens, what ``model(input_ids, mask)`` gives; padded positions hold values no caller reads.
         """
-        b, t = input_ids.shape
-        positions = torch.arange(t, device=input_ids.device)[None]
-        hidden, _ = self._layers(input_ids, positions, self._causal(t, self.embed), None)
-        return self.head(hidden)
+        return self.head(self.hidden(input_ids))
+
+    def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`logits` before the head: final hidden states ``[b, t, hidden]`` (see :meth:`head`)."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        return self._layers(input_ids, positions, None, None)[0]
 
     def prefill(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, KV]:
         """Right-padded prompts ``[U, P]`` from position 0: final hidden states ``[U, P, hidden]``, keys/values."""
-        t = input_ids.shape[1]
-        positions = torch.arange(t, device=input_ids.device)[None]
-        return self._layers(input_ids, positions, self._causal(t, self.embed), None)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        return self._layers(input_ids, positions, None, None)
 
     def extend(
         self, input_ids: torch.Tensor, past: KV, past_valid: torch.Tensor, positions: torch.Tensor, group: int = 1
     ) -> torch.Tensor:
-        """Logits ``[N, C, V]`` of continuation rows ``[N, C]`` after ``past``.
+        """Logits ``[N, C, V]`` of continuation rows ``[N, C]`` after ``past`` (the head on :meth:`extend_hidden`)."""
+        return self.head(self.extend_hidden(input_ids, past, past_valid, positions, group))
+
+    def extend_hidden(
+        self, input_ids: torch.Tensor, past: KV, past_valid: torch.Tensor, positions: torch.Tensor, group: int = 1
+    ) -> torch.Tensor:
+        """Final hidden states ``[N, C, hidden]`` of continuation rows ``[N, C]`` after ``past``.
 
         ``past`` holds one prefix per ``group`` consecutive rows (``[N / group, K, P, D]`` per layer): rows
         ``g*group .. (g+1)*group - 1`` continue prefix ``g``. ``past_valid [N, P]`` is True on the prefix slots a
@@ -247,8 +388,7 @@ class LlamaTrainer(_LlamaParts):
         prefix = torch.zeros(past_valid.shape, dtype=self.embed.dtype, device=input_ids.device)
         prefix = prefix.masked_fill(~past_valid, low)[:, None, None, :].expand(n, 1, c, -1)
         causal = self._causal(c, self.embed)[None, None].expand(n, 1, c, c)
-        hidden, _ = self._layers(input_ids, positions, torch.cat([prefix, causal], dim=-1), past, group)
-        return self.head(hidden)
+        return self._layers(input_ids, positions, torch.cat([prefix, causal], dim=-1), past, group)[0]
 
 
 def _after_prefix(prefix: torch.Tensor, new: torch.Tensor, group: int) -> torch.Tensor:
