@@ -9,10 +9,11 @@ which trajectories and which advantages.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -170,6 +171,47 @@ class PolicyGradientConfig(LoopConfig):
         return self
 
 
+class AdapterOffReference:
+    """The reference policy of a LoRA run: the policy's own model with its adapters switched off.
+
+    peft's ``disable_adapter()`` runs the base weights alone, which is the initial policy where the adapters
+    start as the identity (every ``lora_B`` zero: peft's default initialisation), so no second copy of the model
+    is kept (a 7B model's copy is 14 GB in bf16). :func:`frozen_reference` decides which reference a run gets.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @contextlib.contextmanager
+    def scoring(self) -> Iterator[torch.nn.Module]:
+        """The model with its adapters off and in eval mode (no dropout), restored on exit."""
+        training = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():  # type: ignore[operator]  # a peft PeftModel
+                yield self.model
+        finally:
+            self.model.train(training)
+
+
+Scorer = torch.nn.Module | AdapterOffReference
+"""What the update's no-grad passes score with: a model, or the policy with its adapters off."""
+
+
+def frozen_reference(model: torch.nn.Module, refreshed: bool = False) -> Scorer:
+    """The frozen reference of ``model``'s policy as it is now: adapters off where that is the same, else a copy.
+
+    :class:`AdapterOffReference` for a peft model whose LoRA adapters are all the identity now (a fresh
+    adapter) and whose reference is never ``refreshed`` (reset to the current policy, which the base weights
+    alone are not); a frozen ``deepcopy`` otherwise (a plain model, a loaded adapter, ``ref_refresh_steps``).
+    """
+    if not refreshed and callable(getattr(model, "disable_adapter", None)):
+        lora_b = [p for name, p in model.named_parameters() if "lora_B" in name]
+        if lora_b and all(not bool(p.detach().any()) for p in lora_b):
+            return AdapterOffReference(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
 class PolicyUpdater:
     """The optimizer, schedule and reference model of one policy, and the policy-gradient update.
 
@@ -196,9 +238,9 @@ class PolicyUpdater:
                 f"policy is on {self.device}, where they would only queue on one device. Set "
                 "learner.update_threads=1."
             )
-        self.ref_model = None
+        self.ref_model: Scorer | None = None
         if cfg.kl_coef > 0 or cfg.track_kl:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.ref_model = frozen_reference(self.model, refreshed=cfg.ref_refresh_steps is not None)
         self.ref_step = 0  # the training steps done when the reference was last reset to the policy (0: initial)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
@@ -242,7 +284,7 @@ class PolicyUpdater:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
-        if self.ref_step > 0 and self.ref_model is not None:
+        if self.ref_step > 0 and isinstance(self.ref_model, torch.nn.Module):  # a refreshed reference is a copy
             state.update(ref_step=self.ref_step, ref_model=self.ref_model.state_dict())
         return state
 
@@ -252,7 +294,7 @@ class PolicyUpdater:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.ref_step = int(state.get("ref_step", 0))
-        if "ref_model" in state and self.ref_model is not None:
+        if "ref_model" in state and isinstance(self.ref_model, torch.nn.Module):
             self.ref_model.load_state_dict(state["ref_model"])
 
     def refresh_ref(self) -> None:
@@ -263,7 +305,7 @@ class PolicyUpdater:
         policy. A resumed run rebuilds the initial reference as before; a reset one is in the checkpoint.
         """
         due = self.scheduler.last_epoch // self.cfg.ref_refresh_steps * self.cfg.ref_refresh_steps
-        if self.ref_model is not None and due > self.ref_step:
+        if isinstance(self.ref_model, torch.nn.Module) and due > self.ref_step:  # (a copy: frozen_reference)
             self.ref_model.load_state_dict(self.model.state_dict())
             self.ref_step = due
 
@@ -289,13 +331,16 @@ class PolicyUpdater:
         return logp, ent, executed
 
     @torch.no_grad()
-    def no_grad_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    def no_grad_logprobs(self, model: Scorer, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every row, in micro-batches, without gradient: ``[N, T-1]`` on the model's device."""
         return self._no_grad_pass(model, batch)[0]
 
     @torch.no_grad()
-    def _no_grad_pass(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, int]:
+    def _no_grad_pass(self, model: Scorer, batch: TokenBatch) -> tuple[torch.Tensor, int]:
         """:meth:`no_grad_logprobs` and the forward matmul FLOPs its passes executed."""
+        if isinstance(model, AdapterOffReference):
+            with model.scoring() as base:
+                return self._no_grad_pass(base, batch)
         out = torch.zeros(batch.loss_mask.shape, device=self.device)
         executed = 0
         for chunk in self.micro_batches(batch, list(range(len(batch)))):
