@@ -171,6 +171,17 @@ class PolicyGradientConfig(LoopConfig):
         return self
 
 
+def _within_budget(unit: list[int], cost: Callable[[list[int]], int], budget: int) -> list[list[int]]:
+    """``unit``'s rows in consecutive parts of at most ``budget`` cost each (a single row may exceed it alone)."""
+    parts: list[list[int]] = []
+    for row in unit:
+        if parts and cost([*parts[-1], row]) <= budget:
+            parts[-1].append(row)
+        else:
+            parts.append([row])
+    return parts
+
+
 class AdapterOffReference:
     """The reference policy of a LoRA run: the policy's own model with its adapters switched off.
 
@@ -375,11 +386,14 @@ class PolicyUpdater:
         else:
             units = [[r] for r in rows]
             prompt = [0] * len(lengths)
-        units.sort(key=lambda u: -max(lengths[r] for r in u))  # longest first: similar widths share a pass
 
         def cost(chunk: list[list[int]]) -> int:  # padded tokens of one pass
             cont = max(lengths[r] - prompt[r] for u in chunk for r in u)
             return sum(map(len, chunk)) * cont + len(chunk) * max(prompt[r] for u in chunk for r in u)
+
+        if budget:  # a group over the budget is split: each part runs its prompt once (long real-model rollouts)
+            units = [part for unit in units for part in _within_budget(unit, lambda u: cost([u]), budget)]
+        units.sort(key=lambda u: -max(lengths[r] for r in u))  # longest first: similar widths share a pass
 
         chunks: list[list[list[int]]] = []
         for unit in units if budget else ():
