@@ -271,6 +271,8 @@ FIELDS: dict[str, FieldRule] = {
     "policy.adapter": _u("OpenRLHF starts LoRA adapters fresh; it cannot load a trained one"),
     "policy.chat_template": _m("--data.apply_chat_template when the env's prompts are chat messages"),
     "policy.batch_size": _i("the native sampler's batch; OpenRLHF's vLLM engines batch themselves"),
+    "policy.attn_implementation": _i("the native model's kernel; OpenRLHF's workers choose their own"),
+    "policy.gradient_checkpointing": _i("the native trainer's; OpenRLHF's is backend.gradient_checkpointing"),
     "policy.trust_remote_code": _m("OpenRLHF always loads with trust_remote_code=True (export.json says so)"),
     "policy.max_model_len": _i("the native vLLM engine's; OpenRLHF's engines get --data.max_len"),
     "policy.gpu_memory_utilization": _i("the native vLLM engine's; see backend.vllm_gpu_memory_utilization"),

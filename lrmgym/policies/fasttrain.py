@@ -37,8 +37,10 @@ the logits of a chunk are recomputed in the backward, never kept whole).
 
 Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (llama, mistral without a sliding window,
 qwen2; plain or LoRA linear layers; no hooks). In addition, a model in training mode with a dropout that would
-be active (attention dropout, a LoRA dropout) or with gradient checkpointing on does not qualify: this forward
-applies neither. :meth:`LlamaTrainer.build` returns ``None`` then, and callers take ``model.forward``.
+be active (attention dropout, a LoRA dropout) does not qualify: this forward does not apply it. With transformers'
+gradient checkpointing on (``policy.gradient_checkpointing``), this forward checkpoints each decoder layer too
+(``torch.utils.checkpoint``, non-reentrant: only the layer's input is kept, the rest is recomputed). Where a model
+does not qualify, :meth:`LlamaTrainer.build` returns ``None``, and callers take ``model.forward``.
 ``tests/policies/test_fasttrain.py`` checks logits and every parameter's gradient against ``model.forward``.
 """
 
@@ -247,17 +249,27 @@ def head_logprobs(
 def _steps_aside(model: Any) -> bool:
     """Whether ``model.forward`` must run instead of this module.
 
-    So when a dropout this module does not apply would be active (training mode, attention or LoRA dropout), or
-    transformers' activation checkpointing (compute traded for memory) is on.
+    So when a dropout this module does not apply would be active (training mode, attention or LoRA dropout).
     """
     attention_dropout = model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0
     for module in model.modules():  # one pass (this runs before every training forward)
-        if getattr(module, "gradient_checkpointing", False):
-            return True
         if model.training and isinstance(lora := getattr(module, "lora_dropout", None), torch.nn.ModuleDict):
             if any(isinstance(d, torch.nn.Dropout) and d.p > 0 for d in lora.values()):
                 return True
     return attention_dropout
+
+
+def _checkpointing(model: Any) -> bool:
+    """Whether ``model`` trains with transformers' gradient checkpointing on (``policy.gradient_checkpointing``).
+
+    transformers marks the decoder (``model.model``, before v5) or each decoder layer (v5) with
+    ``gradient_checkpointing = True``. The lean forward then recomputes each layer in the backward too.
+    """
+    inner = model.model
+    marked = getattr(inner, "gradient_checkpointing", False) or any(
+        getattr(layer, "gradient_checkpointing", False) for layer in inner.layers
+    )
+    return bool(model.training and marked)
 
 
 class LlamaTrainer(_LlamaParts):
@@ -272,6 +284,7 @@ class LlamaTrainer(_LlamaParts):
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
         self.layers = [_TrainLayer(layer, self.head_dim) for layer in model.model.layers]
         self.final_eps = _eps(self.final_norm)
+        self.checkpointing = _checkpointing(model)
         self._layers = functools.partial(_compiled_run(), self) if compiled else self._run
 
     @classmethod
@@ -295,37 +308,58 @@ class LlamaTrainer(_LlamaParts):
         and values of the ``P`` positions before, one entry per ``group`` consecutive rows (see :meth:`extend`).
         Attention runs as batched products under :data:`SDPA_MIN_KEYS` keys, through SDPA from there on.
         """
-        b, t = ids.shape
-        heads, kv, d = self.heads, self.kv_heads, self.head_dim
+        t = ids.shape[1]
         x = F.embedding(ids, self.embed, padding_idx=self.padding_idx)
         rotations = _rotations(self.rotary, x, positions)  # [b, t, 1, D/2], complex
         fused = t + (past[0][0].shape[2] if past else 0) >= SDPA_MIN_KEYS
         if bias is None and not fused:
             bias = self._causal(t, self.embed)
         kept: KV = []
+        recompute = self.checkpointing and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
-            h = _Normalize.apply(x, layer.eps1)
-            # RoPE as one complex product on each head's interleaved pairs (0.24 against 0.35 ms forward and
-            # backward for rotate-half's roll, two products and a sum, on one [40, 22, 4, 32] projection)
-            q = _rotated(F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), rotations).transpose(1, 2)
-            k = _rotated(F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d), rotations).transpose(1, 2)
-            v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
-            kept.append((k, v))
-            if past is not None:
-                k, v = _after_prefix(past[i][0], k, group), _after_prefix(past[i][1], v, group)
-            if fused:  # q is pre-scaled (the scale is folded into q's weights): scale=1
-                attn = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=bias, is_causal=bias is None, scale=1.0, enable_gqa=kv != heads
-                )
+            args = (layer, x, rotations, bias, past[i] if past is not None else None, group, fused)
+            if recompute:  # keep the layer's input only; its activations are recomputed in the backward
+                x, k, v = torch.utils.checkpoint.checkpoint(self._layer, *args, use_reentrant=False)
             else:
-                if kv != heads:  # grouped-query attention: each key/value head serves heads / kv query heads
-                    k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
-                scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
-                attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
-            h = _Normalize.apply(x, layer.eps2)
-            x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
+                x, k, v = self._layer(*args)
+            kept.append((k, v))
         return _Normalize.apply(x, self.final_eps), kept
+
+    def _layer(
+        self,
+        layer: _TrainLayer,
+        x: torch.Tensor,
+        rotations: torch.Tensor,
+        bias: torch.Tensor | None,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
+        group: int,
+        fused: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decoder layer of :meth:`_run`: the new residual stream and this pass's keys and values."""
+        b, t, _ = x.shape
+        heads, kv, d = self.heads, self.kv_heads, self.head_dim
+        h = _Normalize.apply(x, layer.eps1)
+        # RoPE as one complex product on each head's interleaved pairs (0.24 against 0.35 ms forward and
+        # backward for rotate-half's roll, two products and a sum, on one [40, 22, 4, 32] projection)
+        q = _rotated(F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), rotations).transpose(1, 2)
+        new_k = _rotated(F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d), rotations).transpose(1, 2)
+        new_v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
+        k, v = new_k, new_v
+        if past is not None:
+            k, v = _after_prefix(past[0], k, group), _after_prefix(past[1], v, group)
+        if fused:  # q is pre-scaled (the scale is folded into q's weights): scale=1
+            attn = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, is_causal=bias is None, scale=1.0, enable_gqa=kv != heads
+            )
+        else:
+            if kv != heads:  # grouped-query attention: each key/value head serves heads / kv query heads
+                k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
+            scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
+            attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
+        x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
+        h = _Normalize.apply(x, layer.eps2)
+        x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
+        return x, new_k, new_v
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of :meth:`_run`'s final hidden states (normalized, before the final norm's weight)."""

@@ -130,3 +130,30 @@ def test_large_paths_keep_neither_scores_nor_whole_logits():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fasttrain, "SDPA_MIN_KEYS", 10**9)
         assert _largest_saved(lambda: trainer.hidden(ids)) >= heads * t * t  # the products keep the scores
+
+
+def _saved_total(fn) -> int:
+    total = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        total[0] += t.numel()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total[0]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "shared-prefix"])
+def test_gradient_checkpointing_recomputes_layers_with_the_same_gradients(shared):
+    """policy.gradient_checkpointing: the lean forward checkpoints each layer; log-probs and gradients unchanged."""
+    model = _model("qwen2", num_key_value_heads=2)
+    prompt_len = PROMPT_LEN if shared else None
+    plain = _pass(model, prompt_len, LOGIT_CHUNK=40)
+    ids = torch.randint(1, 40, (2, 24))
+    kept = _saved_total(lambda: LlamaTrainer.build(model).hidden(ids))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert LlamaTrainer.build(model).checkpointing
+    _same(_pass(model, prompt_len, LOGIT_CHUNK=40), plain)
+    assert _saved_total(lambda: LlamaTrainer.build(model).hidden(ids)) < kept / 3  # the layers' inputs only
+    assert not LlamaTrainer.build(model.eval()).checkpointing  # eval mode: nothing to recompute
