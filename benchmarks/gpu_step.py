@@ -19,7 +19,7 @@ In one process:
    :mod:`lrmgym.learners.flops`), achieved TFLOP/s and MFU = achieved / measured peak, for the update and for
    the whole step.
 
-The parameters are bf16 (the optimizer steps them in bf16): this measures throughput, not a training recipe.
+The parameters are bf16 (the optimizer steps float32 master copies, `learner.fp32_master`, the default).
 On a machine without CUDA, ``--device cpu --size tiny --dtype float32`` runs the same code path at toy size (the
 tests do); the "peak" is then the CPU's fp32 matmul rate.
 """
