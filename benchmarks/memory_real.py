@@ -17,6 +17,12 @@ is the process's peak resident set (``getrusage``'s ``ru_maxrss``) minus its res
 - ``lean``: the lean forward as it runs now (SDPA from 512 positions on, log-probs in chunks).
 
 The goal the project set (issue 37): the lean pass at most 1.2x the SDPA ``model.forward``'s peak.
+
+``--thresholds`` measures the other side of the size switches, on the tiny default model (what ``lrmgym run``
+trains): one default-sized update pass (12 rows x 85 tokens, forward and backward of the log-probs), in one
+process, one thread, the variants interleaved, thread CPU time, best and median of ``--repeats``: as it runs by
+default (products and whole logits: below both thresholds), with SDPA forced (``SDPA_MIN_KEYS=1``), and with the
+chunked log-probs forced (``LOGIT_CHUNK`` of 8 tokens).
 """
 
 from __future__ import annotations
@@ -77,14 +83,69 @@ def one_pass(kind: str, tokens: int) -> dict:
     return {"kind": kind, "tokens": tokens, "peak_mb": peak - before, "seconds": seconds, "check": check}
 
 
+def thresholds(repeats: int) -> str:
+    """The A/B of ``--thresholds`` (module docstring), as Markdown lines."""
+    import statistics
+    from importlib import resources
+
+    import torch
+    import transformers
+
+    from lrmgym.learners.shared_prefix import forward_logprobs
+    from lrmgym.policies import fasttrain
+
+    torch.set_num_threads(1)
+    folder = resources.files("lrmgym.policies") / "tiny_default"
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder)).train()
+    torch.manual_seed(0)
+    ids = torch.randint(2, model.config.vocab_size, (12, 85))
+    mask = torch.ones_like(ids)
+    variants = {
+        "default (products, whole logits)": {},
+        "SDPA forced": {"SDPA_MIN_KEYS": 1},
+        "chunked log-probs forced": {"LOGIT_CHUNK": 8 * model.config.vocab_size},
+    }
+    defaults = {"SDPA_MIN_KEYS": fasttrain.SDPA_MIN_KEYS, "LOGIT_CHUNK": fasttrain.LOGIT_CHUNK}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, patch in variants.items():
+            for key, value in {**defaults, **patch}.items():
+                setattr(fasttrain, key, value)
+            start = time.thread_time()
+            logp, _ = forward_logprobs(model, ids, mask, None, 0, entropy=True)
+            logp.sum().backward()
+            times[name].append(time.thread_time() - start)
+            model.zero_grad(set_to_none=True)
+    for key, value in defaults.items():
+        setattr(fasttrain, key, value)
+    lines = [
+        "",
+        f"## Both sides of the switches on the tiny default model (`--thresholds --repeats {repeats}`)",
+        "",
+        "| variant | best ms | median ms |",
+        "|---|---:|---:|",
+    ]
+    for name, values in times.items():
+        lines.append(f"| {name} | {1e3 * min(values):.1f} | {1e3 * statistics.median(values):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "memory_real.md"))
+    parser.add_argument("--thresholds", action="store_true", help="time the tiny default model across the switches")
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--one", nargs=2, metavar=("KIND", "TOKENS"), help=argparse.SUPPRESS)  # the subprocess
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_pass(args.one[0], int(args.one[1]))))
+        return
+    if args.thresholds:
+        text = thresholds(args.repeats)
+        with open(args.out, "a") as f:
+            f.write(text)
+        print(text)
         return
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

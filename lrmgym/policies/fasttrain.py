@@ -79,13 +79,16 @@ so its update is unchanged. Measured on a CPU, one thread, head size 32, 4 heads
 and backward of the attention alone: 2.95/2.82 ms (products/SDPA) at 64 positions, 5.4/4.8 at 128, 8.8/8.7 at 256,
 24.7/18.1 at 512, 35.3/26.1 at 1 024; and the memory a 4 096-position row's attention keeps for its backward
 (8 query and 2 key/value heads of 64): 1 651 MB as products, 37 MB through SDPA's causal kernel, 146 MB with an
-explicit mask (the mask itself). ``benchmarks/memory_real.py`` measures whole passes."""
+explicit mask (the mask itself). ``benchmarks/memory_real.py`` measures whole passes; its ``--thresholds`` A/B on
+a default update pass of the tiny model: 106.8 ms as it runs, 101.9 ms with SDPA forced (best of 15, one thread):
+the threshold keeps the default run's numbers bit-identical rather than take that ~5 %."""
 
 LOGIT_CHUNK = 1 << 24
 """Logit elements (64 MiB in float32) that :func:`head_logprobs` computes at a time. A pass whose logits fit in one
 chunk (the tiny default model's: 1 024 tokens x 103) computes them whole, as before; a larger one (a 152k
 vocabulary: 110 tokens per chunk) computes log-probs and entropies chunk by chunk and recomputes each chunk's
-logits in the backward, so no ``[tokens, V]`` tensor outlives its chunk."""
+logits in the backward, so no ``[tokens, V]`` tensor outlives its chunk. Forced onto the tiny model's default
+pass it costs 24 % (132.4 against 106.8 ms, ``benchmarks/memory_real.py --thresholds``): hence the switch."""
 
 
 def compile_unavailable() -> str | None:
