@@ -47,3 +47,13 @@ def test_the_readme_export_needs_no_overrides_with_grpo_hf(tmp_path, learner, wa
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: policy=hf")]
     assert len(warnings) == int(warned)
     assert (out / "launch.sh").is_file() == (code == 0)  # grpo.yaml's budget and async rollouts are refused
+
+
+def test_dapo_hf_is_grpo_hf_with_dapos_keys():
+    from lrmgym.configs.resolve import load_preset
+
+    grpo, dapo = load_preset("learner", "grpo_hf"), load_preset("learner", "dapo_hf")
+    changed = {k: v for k, v in dapo.items() if grpo.get(k) != v}
+    assert changed == {"kind": "dapo", "loss_agg": "token_mean", "dynamic_sampling": True}
+    cfg = resolve(("learner=dapo_hf", *HF))
+    assert cfg.learner.kind == "dapo" and cfg.eval.tasks == 100 and tiny_tuned_warning(cfg) is None
