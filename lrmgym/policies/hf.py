@@ -379,8 +379,11 @@ class HFPolicyConfig(BaseModel):
                 f"Could not load policy.model={self.model!r} from {folder}: {reason}. Check that the folder is a "
                 "complete transformers causal LM (re-save it with save_pretrained)."
             ) from err
-        if self.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.gradient_checkpointing:  # transformers 5 renamed it activation checkpointing
+            if callable(getattr(model, "activation_checkpointing_enable", None)):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = self._with_adapter(model)
         return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
                         batch_size=self.batch_size)  # fmt: skip

@@ -10,6 +10,7 @@ import torch
 
 from lrmgym.core import Completion
 from lrmgym.policies.base import SamplingParams, TokenContextPolicy, TrainablePolicy
+from lrmgym.policies.fasttrain import LlamaTrainer
 from lrmgym.policies.hf import HFPolicy, HFPolicyConfig, render_plain_chat
 from lrmgym.policies.sampling import filter_logits
 from lrmgym.policies.tiny import TinyArch, build_model, build_tokenizer
@@ -232,11 +233,14 @@ def test_config_builds_from_a_folder_with_lora(policy, tmp_path):
 def test_config_sets_attention_kernel_and_gradient_checkpointing(policy, tmp_path):
     policy.save(tmp_path / "m")
     plain = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu").build()
-    assert not plain.model.is_gradient_checkpointing
+    assert not LlamaTrainer.build(plain.model.train()).checkpointing
     built = HFPolicyConfig(
         model=str(tmp_path / "m"), device="cpu", attn_implementation="eager", gradient_checkpointing=True
     ).build()
-    assert built.model.config._attn_implementation == "eager" and built.model.is_gradient_checkpointing
+    assert built.model.config._attn_implementation == "eager"
+    assert LlamaTrainer.build(built.model.train()).checkpointing  # and the lean forward checkpoints too
+    plain.model.eval()
+    built.model.eval()
     greedy = SamplingParams(temperature=0, max_new_tokens=8)
     ids = [[c.token_ids for c in g] for g in built.generate(PROMPTS, sampling=greedy)]
     assert ids == [[c.token_ids for c in g] for g in plain.generate(PROMPTS, sampling=greedy)]
