@@ -28,7 +28,7 @@ import torch
 
 from lrmgym.learners.flops import LlamaShape, chunk_flops
 from lrmgym.learners.losses import token_entropy, token_logprobs
-from lrmgym.policies.fasttrain import LlamaTrainer, right_padded
+from lrmgym.policies.fasttrain import LlamaTrainer, chunked_model_logprobs, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
 
 __all__ = ["executed_flops", "forward_logprobs", "prompt_groups", "sharing"]
@@ -155,6 +155,10 @@ def forward_logprobs(
     if owner is None:
         if trainer is not None and not trainer.fits_whole(input_ids.numel()):  # large logits: chunk by chunk
             return trainer.logprobs(trainer.hidden(input_ids)[:, :-1], input_ids[:, 1:], temperature, entropy)
+        if trainer is None:  # model.forward's decoder, the head in chunks (where the logits are large)
+            chunked = chunked_model_logprobs(model, input_ids, attention_mask, temperature, entropy)
+            if chunked is not None:
+                return chunked
         if trainer is not None:
             logits = trainer.logits(input_ids)
         else:

@@ -56,6 +56,7 @@ import torch.nn.functional as F
 
 from lrmgym.policies.fastdecode import (
     _eps,
+    _hooked,
     _interleaved,
     _inv_rms,
     _linear_weights,
@@ -65,7 +66,15 @@ from lrmgym.policies.fastdecode import (
     llama_like,
 )
 
-__all__ = ["LOGIT_CHUNK", "SDPA_MIN_KEYS", "LlamaTrainer", "causal_lm_logits", "compile_unavailable", "head_logprobs"]
+__all__ = [
+    "LOGIT_CHUNK",
+    "SDPA_MIN_KEYS",
+    "LlamaTrainer",
+    "causal_lm_logits",
+    "chunked_model_logprobs",
+    "compile_unavailable",
+    "head_logprobs",
+]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
@@ -247,6 +256,35 @@ def head_logprobs(
         hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1), float(temperature), rows, entropy
     )
     return logp.view(shape), (ent.view(shape) if entropy else None)
+
+
+_PLAIN_HEAD = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo", "olmo2"}
+)
+"""Model types whose causal LM computes ``lm_head(decoder(...).last_hidden_state)`` and nothing more (no logit
+scaling or soft-capping), so that :func:`chunked_model_logprobs` may run the decoder and the head apart."""
+
+
+def chunked_model_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Next-token log-probs ``[b, t-1]`` (and entropies) through the model's own decoder, the head in chunks.
+
+    For models the lean forward does not take (Qwen3's q/k norms, MoE layers, left padding ...) whose logits would
+    exceed :data:`LOGIT_CHUNK`: transformers' decoder gives the hidden states, :func:`head_logprobs` the rest.
+    ``None`` where the logits fit whole, or where the model is not one of :data:`_PLAIN_HEAD` with a plain linear
+    head and no hooks on the causal LM or its head (the caller then takes ``model(...).logits``).
+    """
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    if getattr(getattr(base, "config", None), "model_type", None) not in _PLAIN_HEAD:
+        return None
+    head, get_decoder = getattr(base, "lm_head", None), getattr(base, "get_decoder", None)
+    if type(head) is not torch.nn.Linear or not callable(get_decoder) or _hooked(base) or _hooked(head):
+        return None
+    if input_ids.numel() * head.weight.shape[0] <= LOGIT_CHUNK:
+        return None
+    hidden = get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return head_logprobs(hidden[:, :-1], head.weight, head.bias, input_ids[:, 1:], temperature, entropy)
 
 
 def _steps_aside(model: Any) -> bool:

@@ -157,3 +157,43 @@ def test_gradient_checkpointing_recomputes_layers_with_the_same_gradients(shared
     _same(_pass(model, prompt_len, LOGIT_CHUNK=40), plain)
     assert _saved_total(lambda: LlamaTrainer.build(model).hidden(ids)) < kept / 3  # the layers' inputs only
     assert not LlamaTrainer.build(model.eval()).checkpointing  # eval mode: nothing to recompute
+
+
+def _qwen3() -> torch.nn.Module:
+    config = transformers.Qwen3Config(
+        vocab_size=40, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config).train()
+
+
+def test_models_the_lean_forward_does_not_take_chunk_their_head_too():
+    """Qwen3 (q/k norms: model.forward) with large logits: its decoder, then the head in chunks; same numbers."""
+    model = _qwen3()
+    assert LlamaTrainer.build(model) is None
+    whole = _pass(model, None)
+    chunked = _pass(model, None, LOGIT_CHUNK=3 * 40)
+    ids, mask = _right_padded(ROWS)
+    real = mask[:, 1:].bool()
+    torch.testing.assert_close(chunked[0][real], whole[0][real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(chunked[1][real], whole[1][real], rtol=1e-5, atol=1e-5)
+    # gradients: a loss on the real targets only (padded targets differ between the two paths' layouts)
+    grads = []
+    for patch in ({}, {"LOGIT_CHUNK": 3 * 40}):
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in patch.items():
+                mp.setattr(fasttrain, name, value)
+            model.zero_grad(set_to_none=True)
+            logp, _ = forward_logprobs(model, ids, mask, None, 0)
+            (logp * real * torch.linspace(-1.0, 1.0, logp.numel()).view_as(logp)).sum().backward()
+            grads.append(_grads(model))
+    _close(grads[1], grads[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fasttrain, "LOGIT_CHUNK", 3 * 40)
+        assert fasttrain.chunked_model_logprobs(model, ids, mask) is not None
+        gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=40))
+        assert fasttrain.chunked_model_logprobs(gpt2, ids, mask) is None  # not a known plain-head model
+        model.lm_head.register_forward_hook(lambda m, i, o: o * 2)
+        assert fasttrain.chunked_model_logprobs(model, ids, mask) is None  # a hook on the head must run
+    assert fasttrain.chunked_model_logprobs(_qwen3(), ids, mask) is None  # small logits: computed whole
