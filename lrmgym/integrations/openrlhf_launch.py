@@ -206,6 +206,7 @@ FIELDS: dict[str, FieldRule] = {
     "learner.min_lr_ratio": _m("--actor.min_lr_ratio (cosine); linear needs 0; unused by constant"),
     "learner.weight_decay": _m("--actor.adam.weight_decay (OpenRLHF exempts biases and norm weights)"),
     "learner.adam_betas": _m("--actor.adam.betas (and --critic.adam.betas)"),
+    "learner.fp32_master": _i("the native optimizer's; DeepSpeed's bf16 training keeps float32 master weights"),
     "learner.max_grad_norm": _m("--actor.max_norm (None -> 0: no clipping)"),
     "learner.epochs": _m("--train.max_epochs"),
     "learner.minibatches": _m("--train.batch_size = prompts_per_step x group_size / minibatches"),
