@@ -19,7 +19,26 @@ In one process:
    :mod:`lrmgym.learners.flops`), achieved TFLOP/s and MFU = achieved / measured peak, for the update and for
    the whole step.
 
-The parameters are bf16 (the optimizer steps them in bf16): this measures throughput, not a training recipe.
+``--real-shape`` measures instead, in the same process, one training pass and the sampler on a random-weight
+model of Qwen2.5-1.5B's real shape (152k vocabulary, 28 layers, hidden 1536, 12 query and 2 key/value heads, MLP
+8960, tied embeddings: :data:`QWEN25_15B`), bf16 on ``cuda``:
+
+- a training pass (log-probs and entropies of one row, ``-mean(logp)``, backward) at ``--lengths`` tokens (1k and
+  4k) through the lean forward (SDPA + chunked log-probs) and through ``model.forward`` (transformers' SDPA, whole
+  logits): seconds, tokens/s, TFLOP/s and MFU (:func:`lrmgym.learners.flops.chunk_flops`, backward twice the
+  forward), and ``torch.cuda.max_memory_allocated`` above the model's own memory;
+- the lean sampler (:func:`lrmgym.policies.sampling.sample_batch`) against ``model.generate``: ``--sample-rows``
+  rows of a 64-token prompt, ``--sample-tokens`` new tokens each (no EOS: every row runs to the budget), tokens/s.
+
+Self-contained: ``PYTHONPATH=. python benchmarks/gpu_step.py --real-shape --md benchmarks/results/gpu_real_shape.md``
+needs torch (CUDA build), transformers and this repository (``lrmgym`` from ``PYTHONPATH``), nothing downloaded;
+the wheels imported besides (carry them where the machine has none): numpy, pydantic (+ pydantic-core,
+annotated-types, typing-inspection), gymnasium (+ farama-notifications), pyyaml, huggingface-hub, tokenizers,
+safetensors, regex, tqdm, jinja2, dill.
+About 1-2 minutes on an H100-class card. ``--shape '{"num_hidden_layers": 2, ...}'`` overrides the config's keys
+(the CPU test runs a toy shape).
+
+The parameters are bf16 (the optimizer steps float32 master copies, `learner.fp32_master`, the default).
 On a machine without CUDA, ``--device cpu --size tiny --dtype float32`` runs the same code path at toy size (the
 tests do); the "peak" is then the CPU's fp32 matmul rate.
 """
@@ -29,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -72,6 +92,132 @@ def matmul_peak(device: str, dtype: str, sizes: tuple[int, ...] = (4096, 8192), 
             best = max(best, 2.0 * n**3 * iters / seconds / 1e12)
         del a, b
     return best
+
+
+QWEN25_15B = {
+    "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+    "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768, "rope_theta": 1e6,
+    "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
+}  # fmt: skip
+"""Qwen2.5-1.5B's config.json values that set its shape (random weights here)."""
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def real_shape(args: argparse.Namespace, peak_tflops: float) -> dict:
+    """Training passes at ``args.lengths`` (lean and ``model.forward``) and the sampler against ``generate``."""
+    import torch
+    import transformers
+
+    from lrmgym.learners.flops import LlamaShape, chunk_flops
+    from lrmgym.learners.shared_prefix import forward_logprobs
+    from lrmgym.policies.base import SamplingParams
+    from lrmgym.policies.sampling import sample_batch
+
+    dtype, device = getattr(torch, args.dtype), args.device
+    keys = {**QWEN25_15B, **json.loads(args.shape)}
+    config = transformers.Qwen2Config(**keys, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).train()
+    shape = LlamaShape.of_model(model)
+    params = sum(p.numel() for p in model.parameters())
+    on_gpu = device == "cuda"
+    out: dict = {
+        "params": params,
+        "config": {**QWEN25_15B, **json.loads(args.shape)},
+        "passes": [],
+        "peak": peak_tflops,
+    }
+
+    def one_pass(tokens: int, lean: bool) -> tuple[float, float]:
+        ids = torch.randint(1, config.vocab_size, (1, tokens), device=device)
+        mask = torch.ones_like(ids)
+        if on_gpu:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() if on_gpu else 0
+        _sync(device)
+        start = time.perf_counter()
+        logp, _ = forward_logprobs(model, ids, mask, None, 0, entropy=True, lean=lean)
+        (-logp.float().mean()).backward()
+        _sync(device)
+        seconds = time.perf_counter() - start
+        model.zero_grad(set_to_none=True)
+        extra = (torch.cuda.max_memory_allocated() - before) / 2**30 if on_gpu else float("nan")
+        return seconds, extra
+
+    for tokens in args.lengths:
+        for lean in (True, False):
+            one_pass(min(tokens, 256), lean)  # warm-up (kernels, cuBLAS heuristics)
+            seconds, extra = min(one_pass(tokens, lean) for _ in range(2))
+            flops = 3 * chunk_flops(shape, tokens)  # forward + backward (twice the forward)
+            out["passes"].append({
+                "tokens": tokens, "kind": "lean" if lean else "model.forward", "seconds": seconds,
+                "tokens_per_s": tokens / seconds, "tflops_per_s": flops / seconds / 1e12,
+                "mfu": flops / seconds / 1e12 / peak_tflops, "peak_gib": extra,
+            })  # fmt: skip
+            print(out["passes"][-1], flush=True)
+
+    model.eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    prompt = torch.randint(1, config.vocab_size, (64,)).tolist()
+    rows, new = args.sample_rows, args.sample_tokens
+    sampled = {}
+    for kind in ("lean sampler", "model.generate"):
+        for attempt in range(2):  # the first is warm-up
+            _sync(device)
+            start = time.perf_counter()
+            with torch.no_grad():
+                if kind == "lean sampler":
+                    g = torch.Generator(device=device).manual_seed(attempt)
+                    sample_batch(model, [prompt] * rows, SamplingParams(temperature=1.0, max_new_tokens=new),
+                                 eos_ids=[], pad_id=0, generator=g)  # fmt: skip
+                else:
+                    ids = torch.tensor([prompt] * rows, device=device)
+                    model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0,
+                                   max_new_tokens=new, min_new_tokens=new)  # fmt: skip
+            _sync(device)
+            sampled[kind] = rows * new / (time.perf_counter() - start)
+    out["sampling"] = {"rows": rows, "new_tokens": new, **{k: v for k, v in sampled.items()}}
+    print(out["sampling"], flush=True)
+    return out
+
+
+def real_shape_report(result: dict, meta: dict) -> str:
+    """:func:`real_shape`'s figures as Markdown."""
+    lines = [
+        f"# Training pass and sampler at Qwen2.5-1.5B's shape on {meta['device_name']} "
+        f"({result['params'] / 1e9:.2f} B parameters, random weights, {DTYPES[meta['dtype']]})",
+        "",
+        f"Reproduce: `{meta['command']}`. torch {meta['torch']}, {meta['date']}.",
+        f"Config: `{json.dumps(result['config'])}`.",
+        "",
+        f"Measured {DTYPES[meta['dtype']]} matmul peak: **{result['peak']:.1f} TFLOP/s**. One row per pass: "
+        "log-probs and entropies, `-mean(logp)`, backward; the best of 2 after a warm-up. Memory: "
+        "`torch.cuda.max_memory_allocated` during the pass minus the memory allocated before it (weights).",
+        "",
+        "| tokens | pass | s | tokens/s | TFLOP/s | MFU | peak GiB above weights |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in result["passes"]:
+        lines.append(
+            f"| {p['tokens']} | {p['kind']} | {p['seconds']:.3f} | {p['tokens_per_s']:,.0f} | "
+            f"{p['tflops_per_s']:.1f} | {100 * p['mfu']:.1f} % | {p['peak_gib']:.2f} |"
+        )
+    s = result["sampling"]
+    lines += [
+        "",
+        f"Sampling {s['rows']} rows x {s['new_tokens']} new tokens after a 64-token prompt: lean sampler "
+        f"{s['lean sampler']:,.0f} tokens/s, `model.generate` {s['model.generate']:,.0f} tokens/s "
+        f"({s['lean sampler'] / s['model.generate']:.2f}x).",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def train_steps(model_dir: Path, out_dir: Path, args: argparse.Namespace) -> list[dict]:
@@ -186,6 +332,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--micro-batch-tokens", type=int, default=16384, help="padded tokens per update pass")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    parser.add_argument("--real-shape", action="store_true", help="passes and sampler at Qwen2.5-1.5B's shape")
+    parser.add_argument("--shape", default="{}", help="JSON: config keys over QWEN25_15B (with --real-shape)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096], help="tokens per pass")
+    parser.add_argument("--sample-rows", type=int, default=64, help="rows sampled at once (with --real-shape)")
+    parser.add_argument("--sample-tokens", type=int, default=256, help="new tokens per row (with --real-shape)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     parser.add_argument("--md", type=Path, default=None, help="also write the report as Markdown here")
     args = parser.parse_args(argv)
@@ -196,6 +347,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda, but torch sees no CUDA device; on a CPU use --device cpu --size tiny.")
     peak = matmul_peak(args.device, args.dtype, sizes=(4096, 8192) if args.device == "cuda" else (256,))
+    if args.real_shape:
+        return _real_shape_main(args, argv, peak)
     with tempfile.TemporaryDirectory() as tmp:
         params = save_model(Path(tmp) / "model", args.size)
         lines = train_steps(Path(tmp) / "model", Path(tmp) / "run", args)
@@ -210,6 +363,25 @@ def main(argv: list[str] | None = None) -> dict:
     print(text)
     if args.device == "cuda":
         print(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip())
+    if args.json:
+        args.json.write_text(json.dumps({**meta, **result}, indent=1) + "\n")
+    if args.md:
+        args.md.write_text(text)
+    return result
+
+
+def _real_shape_main(args: argparse.Namespace, argv: list[str] | None, peak: float) -> dict:
+    import torch
+
+    result = real_shape(args, peak)
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    meta = {
+        "device_name": name, "dtype": args.dtype, "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "PYTHONPATH=. python benchmarks/gpu_step.py " + shlex.join(argv or sys.argv[1:]),
+    }  # fmt: skip
+    text = real_shape_report(result, meta)
+    print(text)
     if args.json:
         args.json.write_text(json.dumps({**meta, **result}, indent=1) + "\n")
     if args.md:

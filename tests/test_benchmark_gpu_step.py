@@ -68,3 +68,20 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys):
         gpu_step.main(["--steps", "2"])
     assert err.value.code == 2
     assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_the_real_shape_is_qwen25_15b_and_its_passes_run_on_cpu_at_toy_size(tmp_path):
+    shape = gpu_step.QWEN25_15B
+    assert (shape["vocab_size"], shape["hidden_size"], shape["num_hidden_layers"]) == (151936, 1536, 28)
+    toy = {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 1}  # fmt: skip
+    out_md = tmp_path / "real.md"
+    argv = ["--real-shape", "--device", "cpu", "--dtype", "float32", "--shape", json.dumps(toy), "--lengths", "16",
+            "520", "--sample-rows", "2", "--sample-tokens", "4", "--md", str(out_md)]  # fmt: skip
+    result = gpu_step.main(argv)
+    kinds = [(p["tokens"], p["kind"]) for p in result["passes"]]
+    assert kinds == [(16, "lean"), (16, "model.forward"), (520, "lean"), (520, "model.forward")]  # 520: SDPA
+    assert all(p["tokens_per_s"] > 0 and p["mfu"] > 0 for p in result["passes"])
+    assert result["sampling"]["lean sampler"] > 0 and result["sampling"]["model.generate"] > 0
+    text = out_md.read_text()
+    assert "| 520 | lean |" in text and "model.generate" in text and "--shape" in text

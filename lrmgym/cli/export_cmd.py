@@ -211,7 +211,7 @@ def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
     express is refused, with its fix, before anything is written; DIR is written whole or not at all.
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     from lrmgym import __version__
-    from lrmgym.configs.resolve import resolve
+    from lrmgym.configs.resolve import resolve, tiny_tuned_warning
     from lrmgym.integrations.openrlhf_launch import export_openrlhf
 
     outs, tokens = _split_out(overrides, "exports/math-grpo")
@@ -220,7 +220,14 @@ def openrlhf(overrides: tuple[str, ...], force: bool) -> None:
         tokens.insert(0, "backend=openrlhf")
     elif backends[-1] != "openrlhf":
         raise _UserError(f"backend={backends[-1]}: `lrmgym export openrlhf` exports for backend=openrlhf; drop it.")
-    result = _export(outs[0], lambda: export_openrlhf(resolve(tokens), Path(outs[0]), force=force, version=__version__))
+
+    def write() -> Any:
+        cfg = resolve(tokens)
+        if (line := tiny_tuned_warning(cfg)) is not None:  # policy=hf with grpo.yaml's tiny-model values
+            click.echo(f"warning: {line}", err=True)
+        return export_openrlhf(cfg, Path(outs[0]), force=force, version=__version__)
+
+    result = _export(outs[0], write)
     written = ", ".join(sorted(result.files))
     click.echo(f"exported to {result.out_dir}: {written}; launch it with: bash {result.out_dir / 'launch.sh'}")
 

@@ -42,6 +42,14 @@ def _resolve(tokens: tuple[str, ...], defaults: dict[str, Any] | None = None):
         raise UserError(str(err)) from None
 
 
+def _warn_tiny_tuned(cfg: Any) -> None:
+    """Print :func:`~lrmgym.configs.resolve.tiny_tuned_warning`'s line (stderr) when it has one."""
+    from lrmgym.configs.resolve import tiny_tuned_warning
+
+    if (line := tiny_tuned_warning(cfg)) is not None:
+        click.echo(f"warning: {line}", err=True)
+
+
 def _load_env(env_id: str, options: dict[str, Any]):
     from pydantic import ValidationError
 
@@ -362,6 +370,7 @@ def _run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool, hel
     else:
         cfg = _resolve(overrides)
         _check_name_free(cfg)
+        _warn_tiny_tuned(cfg)
     if getattr(cfg.backend, "kind", "native") != "native":
         from lrmgym.cli.export_cmd import run_openrlhf
 

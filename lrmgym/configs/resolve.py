@@ -50,6 +50,7 @@ __all__ = [
     "load_preset",
     "parse_overrides",
     "resolve",
+    "tiny_tuned_warning",
 ]
 
 GROUPS = ("env", "policy", "learner", "judge", "backend")
@@ -222,6 +223,8 @@ def merged_tree(
             tree["env"] = _env_selection(chosen["env"])
         elif group in chosen:
             tree[group] = load_preset(group, chosen[group])
+            if group == "learner" and isinstance(tree[group].get("eval"), dict):  # the evaluation a preset sizes
+                tree["eval"] = tree[group].pop("eval")  # (learner=grpo_hf's); eval.* overrides still apply
     if not _as_measured(chosen, dotted) and isinstance(tree.get("learner"), dict):
         tree["learner"].pop("idle_steps_per_s", None)
     for path, value, _ in dotted:
@@ -452,3 +455,35 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
 def resolve(tokens: Sequence[str] = (), defaults: Mapping[str, Any] | None = None) -> RunConfig:
     """Resolve command-line tokens into a validated :class:`RunConfig`; see the module docstring."""
     return resolve_dict(merged_tree(tokens, defaults))
+
+
+TINY_TUNED = (
+    ("lr", lambda v: v is not None and v >= 1e-4),
+    ("max_new_tokens", lambda v: v is not None and v <= 64),
+    ("time_budget_s", lambda v: v is not None),
+    ("async_rollouts", bool),
+)
+"""Learner values that suit the tiny CPU model (grpo.yaml's lr 4e-4, 48 new tokens, a 530-s budget, async
+rollouts) and not a real one: each key with the test a value fails."""
+
+
+def tiny_tuned_warning(cfg: RunConfig) -> str | None:
+    """One line when ``policy=hf`` meets learner values tuned for the tiny CPU model; ``None`` otherwise.
+
+    ``lrmgym run`` and ``lrmgym export openrlhf`` print it: grpo.yaml (and its variants) set lr 4e-4, 48 new
+    tokens, a 530-s budget and async rollouts, which a 1.5B model does not survive or needs no more of;
+    ``learner=grpo_hf`` holds real-model values.
+    """
+    if getattr(cfg.policy, "kind", None) != "hf":
+        return None
+    found = [
+        f"learner.{key}={getattr(cfg.learner, key)}"
+        for key, tiny in TINY_TUNED
+        if hasattr(cfg.learner, key) and tiny(getattr(cfg.learner, key))
+    ]
+    if not found:
+        return None
+    return (
+        f"policy=hf with learner values tuned for the tiny CPU model ({', '.join(found)}); for a real model use "
+        "learner=grpo_hf (lr 1e-6, 1024 new tokens, no time budget, synchronous rollouts) or set these keys."
+    )

@@ -130,6 +130,12 @@ class OnPolicy(Algorithm):
             cfg, self.policy, self.loop.progress, cfg.max_new_tokens * self.turns, temperature=cfg.temperature
         )
         self.train_seed = derived_seed(ctx.seed, _TRAIN_STREAM)
+        if cfg.async_rollouts and self.updater.device.type != "cpu":
+            raise ValueError(
+                f"learner.async_rollouts=true: the rollout worker builds its own copy of the policy's model (and is "
+                f"sent the weights every step), a second model on {self.updater.device} beside the trained one; set "
+                "learner.async_rollouts=false (learner=grpo_hf does), so that sampling and training take turns."
+            )
         if cfg.async_rollouts and usable_cpus() < 2:
             print(
                 "learner.async_rollouts: this process may use only one CPU, so a rollout worker would only take "

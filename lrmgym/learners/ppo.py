@@ -21,7 +21,6 @@ KL reward of InstructGPT (Ouyang et al. 2022, https://arxiv.org/abs/2203.02155).
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any, Literal
 
@@ -35,6 +34,7 @@ from lrmgym.learners.loop import Loop, StepResult
 from lrmgym.learners.metrics import rollout_metrics, sample_records
 from lrmgym.learners.onpolicy import OnPolicy, RolloutConfig
 from lrmgym.learners.rollout import collate, tokenize_trajectory
+from lrmgym.learners.update import AdapterOffReference, frozen_reference
 
 __all__ = ["PPO", "PPOConfig", "explained_variance", "token_rewards", "whiten"]
 
@@ -127,7 +127,7 @@ class PPO(OnPolicy):
 
     def __init__(self, cfg: PPOConfig) -> None:
         super().__init__(cfg)
-        self._own_ref: torch.nn.Module | None = None
+        self._own_ref: torch.nn.Module | AdapterOffReference | None = None
 
     def setup(self) -> None:
         """The on-policy setup (updater, rollout worker), then the critic and, for the KL reward, a reference."""
@@ -138,7 +138,7 @@ class PPO(OnPolicy):
             max_grad_norm=cfg.max_grad_norm, micro_batches=self.updater.micro_batches,
         )  # fmt: skip
         if cfg.kl_reward_coef > 0 and self.updater.ref_model is None:
-            self._own_ref = copy.deepcopy(self.updater.model).eval().requires_grad_(False)
+            self._own_ref = frozen_reference(self.updater.model)  # a LoRA run: the adapters off, not a copy
         self.critic_epochs = cfg.critic_epochs or cfg.epochs
 
     def train_step(self) -> StepResult:

@@ -28,7 +28,7 @@ import torch
 
 from lrmgym.learners.flops import LlamaShape, chunk_flops
 from lrmgym.learners.losses import token_entropy, token_logprobs
-from lrmgym.policies.fasttrain import LlamaTrainer, right_padded
+from lrmgym.policies.fasttrain import LlamaTrainer, chunked_model_logprobs, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
 
 __all__ = ["executed_flops", "forward_logprobs", "prompt_groups", "sharing"]
@@ -135,6 +135,10 @@ def forward_logprobs(
             temperature drew from (so the importance ratio compares like with like); 1 is the model's own.
         lean: Run the passes through :class:`~lrmgym.policies.fasttrain.LlamaTrainer` where the model qualifies
             (the same function and gradients, less overhead); otherwise, or when False, through ``model.forward``.
+            The lean forward also bounds memory at real-model sizes: SDPA attention from
+            :data:`~lrmgym.policies.fasttrain.SDPA_MIN_KEYS` positions on, and log-probs computed in chunks
+            (:func:`~lrmgym.policies.fasttrain.head_logprobs`) where the logits exceed one
+            :data:`~lrmgym.policies.fasttrain.LOGIT_CHUNK`.
         compiled: Run that lean forward's layers through ``torch.compile`` (``learner.compile``).
         owner: :func:`sharing`'s result for these rows, when the caller has it; ``...`` (default): decided here.
 
@@ -149,6 +153,12 @@ def forward_logprobs(
     if owner is ...:
         owner = sharing(input_ids, attention_mask, prompt_len)
     if owner is None:
+        if trainer is not None and not trainer.fits_whole(input_ids.numel()):  # large logits: chunk by chunk
+            return trainer.logprobs(trainer.hidden(input_ids)[:, :-1], input_ids[:, 1:], temperature, entropy)
+        if trainer is None:  # model.forward's decoder, the head in chunks (where the logits are large)
+            chunked = chunked_model_logprobs(model, input_ids, attention_mask, temperature, entropy)
+            if chunked is not None:
+                return chunked
         if trainer is not None:
             logits = trainer.logits(input_ids)
         else:
@@ -176,12 +186,24 @@ def forward_logprobs(
     cont = torch.where(cont_mask.bool(), input_ids.gather(1, gather_cols), pad_id)  # [N, C], right-padded
     positions = plen[:, None] + cols_c[None]
     last = torch.arange(len(first_row), device=device), plen_u - 1
+    # Scatter into the plain layout: continuation token j of row i is target column plen_i - 1 + j. Padding
+    # goes to one spare column (width - 1), dropped at the end.
+    target_cols = torch.where(cont_mask.bool(), plen[:, None] - 1 + cols_c[None], width - 1)
+
+    def spread(values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(n, width).scatter(1, target_cols, values * cont_mask)[:, : width - 1]
+
     if trainer is not None:
         hidden, kv = trainer.prefill(prompts)
-        first = trainer.head(hidden[last])  # [U, V]: predicts policy token 1
         group = _equal_runs(owner)
         if group == 1:  # one prefix per row
             kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]
+        if not trainer.fits_whole(n * width_c):  # large logits: chunk by chunk, in hidden space
+            hidden_c = trainer.extend_hidden(cont, kv, pre_mask.bool()[idx], positions, group)
+            joined = torch.cat([hidden[last][idx].unsqueeze(1), hidden_c[:, :-1]], dim=1)  # [N, C, hidden]
+            lp, ent = trainer.logprobs(joined, cont, temperature, entropy)
+            return spread(lp), (spread(ent) if ent is not None else None)
+        first = trainer.head(hidden[last])  # [U, V]: predicts policy token 1
         logits_c = trainer.extend(cont, kv, pre_mask.bool()[idx], positions, group)
     else:
         out = model(input_ids=prompts, attention_mask=pre_mask, use_cache=True)
@@ -197,13 +219,6 @@ def forward_logprobs(
     if temperature != 1.0:
         scores = scores / temperature
     lp = torch.gather(scores, -1, cont.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scores, dim=-1)  # [N, C]
-    # Scatter into the plain layout: continuation token j of row i is target column plen_i - 1 + j. Padding
-    # goes to one spare column (width - 1), dropped at the end.
-    target_cols = torch.where(cont_mask.bool(), plen[:, None] - 1 + cols_c[None], width - 1)
-
-    def spread(values: torch.Tensor) -> torch.Tensor:
-        return values.new_zeros(n, width).scatter(1, target_cols, values * cont_mask)[:, : width - 1]
-
     ent = None
     if entropy:
         logp_all = torch.log_softmax(scores.detach(), dim=-1)

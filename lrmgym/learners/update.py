@@ -9,10 +9,11 @@ which trajectories and which advantages.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -68,6 +69,11 @@ class PolicyGradientConfig(LoopConfig):
     """AdamW betas (beta1, beta2), each in [0, 1)."""
     max_grad_norm: float | None = Field(1.0, gt=0.0)
     """Clip the gradient's global norm to this; None disables clipping."""
+    fp32_master: bool = True
+    """With bfloat16/float16 trainable weights (policy.dtype=bfloat16), keep float32 master copies: the optimizer
+    (and its state) steps those and writes them back rounded, so updates below bfloat16's resolution (lr 1e-6
+    on weights of size 1: a step of 1e-6 against a spacing of 8e-3) accumulate instead of vanishing. Costs 4
+    bytes per trainable parameter (plus Adam's state in float32). No effect on float32 weights."""
     epochs: int = Field(1, ge=1, le=64)
     """Passes over each step's rollouts (PPO's mu)."""
     minibatches: int = Field(1, ge=1, le=4096)
@@ -170,6 +176,89 @@ class PolicyGradientConfig(LoopConfig):
         return self
 
 
+def _within_budget(unit: list[int], cost: Callable[[list[int]], int], budget: int) -> list[list[int]]:
+    """``unit``'s rows in consecutive parts of at most ``budget`` cost each (a single row may exceed it alone)."""
+    parts: list[list[int]] = []
+    for row in unit:
+        if parts and cost([*parts[-1], row]) <= budget:
+            parts[-1].append(row)
+        else:
+            parts.append([row])
+    return parts
+
+
+class Float32Master:
+    """float32 copies of low-precision trainable parameters, which the optimizer steps (``learner.fp32_master``).
+
+    Per optimizer step: :meth:`take_grads` moves the parameters' gradients onto the copies (in float32), the
+    optimizer steps the copies, :meth:`write_back` rounds them into the parameters.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.params = params
+        self.weights = [torch.nn.Parameter(p.detach().float().clone()) for p in params]
+
+    def take_grads(self) -> None:
+        """Each parameter's gradient, in float32, onto its copy (and off the parameter)."""
+        for p, w in zip(self.params, self.weights, strict=True):
+            w.grad = None if p.grad is None else p.grad.float()
+            p.grad = None
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """The stepped copies, rounded, into the parameters."""
+        for p, w in zip(self.params, self.weights, strict=True):
+            p.copy_(w)
+
+    @torch.no_grad()
+    def load(self, saved: list[torch.Tensor] | None) -> None:
+        """The copies from a checkpoint's ``saved`` float32 weights, or from the parameters when it has none."""
+        sources = saved if saved is not None else [p.float() for p in self.params]
+        for w, source in zip(self.weights, sources, strict=True):
+            w.copy_(source)
+
+
+class AdapterOffReference:
+    """The reference policy of a LoRA run: the policy's own model with its adapters switched off.
+
+    peft's ``disable_adapter()`` runs the base weights alone, which is the initial policy where the adapters
+    start as the identity (every ``lora_B`` zero: peft's default initialisation), so no second copy of the model
+    is kept (a 7B model's copy is 14 GB in bf16). :func:`frozen_reference` decides which reference a run gets.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @contextlib.contextmanager
+    def scoring(self) -> Iterator[torch.nn.Module]:
+        """The model with its adapters off and in eval mode (no dropout), restored on exit."""
+        training = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():  # type: ignore[operator]  # a peft PeftModel
+                yield self.model
+        finally:
+            self.model.train(training)
+
+
+Scorer = torch.nn.Module | AdapterOffReference
+"""What the update's no-grad passes score with: a model, or the policy with its adapters off."""
+
+
+def frozen_reference(model: torch.nn.Module, refreshed: bool = False) -> Scorer:
+    """The frozen reference of ``model``'s policy as it is now: adapters off where that is the same, else a copy.
+
+    :class:`AdapterOffReference` for a peft model whose LoRA adapters are all the identity now (a fresh
+    adapter) and whose reference is never ``refreshed`` (reset to the current policy, which the base weights
+    alone are not); a frozen ``deepcopy`` otherwise (a plain model, a loaded adapter, ``ref_refresh_steps``).
+    """
+    if not refreshed and callable(getattr(model, "disable_adapter", None)):
+        lora_b = [p for name, p in model.named_parameters() if "lora_B" in name]
+        if lora_b and all(not bool(p.detach().any()) for p in lora_b):
+            return AdapterOffReference(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
 class PolicyUpdater:
     """The optimizer, schedule and reference model of one policy, and the policy-gradient update.
 
@@ -196,16 +285,19 @@ class PolicyUpdater:
                 f"policy is on {self.device}, where they would only queue on one device. Set "
                 "learner.update_threads=1."
             )
-        self.ref_model = None
+        self.ref_model: Scorer | None = None
         if cfg.kl_coef > 0 or cfg.track_kl:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.ref_model = frozen_reference(self.model, refreshed=cfg.ref_refresh_steps is not None)
         self.ref_step = 0  # the training steps done when the reference was last reset to the policy (0: initial)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("The policy's model has no trainable parameters (all requires_grad=False).")
         self.params = params
         self._pool: ThreadPoolExecutor | None = None  # update_threads - 1 workers, made on first use
-        self.optimizer = adamw(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+        low = any(p.dtype in (torch.bfloat16, torch.float16) for p in params)
+        self.master = Float32Master(params) if cfg.fp32_master and low else None
+        stepped = self.master.weights if self.master is not None else params
+        self.optimizer = adamw(stepped, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         tok = policy.tokenizer
         pad = getattr(policy, "pad_token_id", None)
@@ -242,17 +334,21 @@ class PolicyUpdater:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
-        if self.ref_step > 0 and self.ref_model is not None:
+        if self.master is not None:
+            state["fp32_master"] = [w.detach().clone() for w in self.master.weights]
+        if self.ref_step > 0 and isinstance(self.ref_model, torch.nn.Module):  # a refreshed reference is a copy
             state.update(ref_step=self.ref_step, ref_model=self.ref_model.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.model.load_state_dict(state["model"])
+        if self.master is not None:  # the float32 weights as saved, else the loaded (rounded) ones
+            self.master.load(state.get("fp32_master"))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.ref_step = int(state.get("ref_step", 0))
-        if "ref_model" in state and self.ref_model is not None:
+        if "ref_model" in state and isinstance(self.ref_model, torch.nn.Module):
             self.ref_model.load_state_dict(state["ref_model"])
 
     def refresh_ref(self) -> None:
@@ -263,7 +359,7 @@ class PolicyUpdater:
         policy. A resumed run rebuilds the initial reference as before; a reset one is in the checkpoint.
         """
         due = self.scheduler.last_epoch // self.cfg.ref_refresh_steps * self.cfg.ref_refresh_steps
-        if self.ref_model is not None and due > self.ref_step:
+        if isinstance(self.ref_model, torch.nn.Module) and due > self.ref_step:  # (a copy: frozen_reference)
             self.ref_model.load_state_dict(self.model.state_dict())
             self.ref_step = due
 
@@ -289,13 +385,16 @@ class PolicyUpdater:
         return logp, ent, executed
 
     @torch.no_grad()
-    def no_grad_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    def no_grad_logprobs(self, model: Scorer, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every row, in micro-batches, without gradient: ``[N, T-1]`` on the model's device."""
         return self._no_grad_pass(model, batch)[0]
 
     @torch.no_grad()
-    def _no_grad_pass(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, int]:
+    def _no_grad_pass(self, model: Scorer, batch: TokenBatch) -> tuple[torch.Tensor, int]:
         """:meth:`no_grad_logprobs` and the forward matmul FLOPs its passes executed."""
+        if isinstance(model, AdapterOffReference):
+            with model.scoring() as base:
+                return self._no_grad_pass(base, batch)
         out = torch.zeros(batch.loss_mask.shape, device=self.device)
         executed = 0
         for chunk in self.micro_batches(batch, list(range(len(batch)))):
@@ -330,11 +429,14 @@ class PolicyUpdater:
         else:
             units = [[r] for r in rows]
             prompt = [0] * len(lengths)
-        units.sort(key=lambda u: -max(lengths[r] for r in u))  # longest first: similar widths share a pass
 
         def cost(chunk: list[list[int]]) -> int:  # padded tokens of one pass
             cont = max(lengths[r] - prompt[r] for u in chunk for r in u)
             return sum(map(len, chunk)) * cont + len(chunk) * max(prompt[r] for u in chunk for r in u)
+
+        if budget:  # a group over the budget is split: each part runs its prompt once (long real-model rollouts)
+            units = [part for unit in units for part in _within_budget(unit, lambda u: cost([u]), budget)]
+        units.sort(key=lambda u: -max(lengths[r] for r in u))  # longest first: similar widths share a pass
 
         chunks: list[list[list[int]]] = []
         for unit in units if budget else ():
@@ -564,10 +666,15 @@ class PolicyUpdater:
                     sums["ratio_max"] = max(sums["ratio_max"], part.pop("ratio_max"))
                     for key, value in part.items():
                         sums[key] += value
+                if self.master is not None:
+                    self.master.take_grads()
                 if cfg.max_grad_norm is not None:
-                    norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                    clipped = self.master.weights if self.master is not None else self.model.parameters()
+                    norm = torch.nn.utils.clip_grad_norm_(clipped, cfg.max_grad_norm)
                     sums["grad_norm"] += float(norm)
                 self.optimizer.step()
+                if self.master is not None:
+                    self.master.write_back()
                 optim_steps += 1
         self.model.eval()
         first_epoch_tokens = float(loss_mask.sum())

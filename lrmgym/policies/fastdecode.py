@@ -80,6 +80,20 @@ def _linear_weights(module: Any) -> tuple[torch.Tensor, torch.Tensor | None] | N
     return weight, base.bias
 
 
+def _hooked(module: Any) -> bool:
+    """Whether ``module`` has forward hooks, besides transformers' ``enable_input_require_grads`` one.
+
+    transformers adds that hook to the input embedding with gradient checkpointing (so that a reentrant
+    checkpoint sees an input that requires grad); it changes no value, so the lean passes may ignore it.
+    """
+    hooks = [h for h in module._forward_hooks.values() if "enable_input_require_grads" not in _qualname(h)]
+    return bool(hooks or module._forward_pre_hooks)
+
+
+def _qualname(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", ""))
+
+
 def llama_like(model: Any) -> Any | None:
     """The causal LM whose modules a lean forward runs (a peft model's base model), or ``None`` if it does not qualify.
 
@@ -97,7 +111,7 @@ def llama_like(model: Any) -> Any | None:
         return None
     if getattr(config, "model_type", None) == "mistral" and getattr(config, "sliding_window", None):
         return None
-    if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
+    if any(_hooked(m) for m in model.modules()):
         return None  # a hook (steering, probing, a test's bias) must see every forward
     needed = ("embed_tokens", "norm", "layers", "rotary_emb")
     if not all(hasattr(inner, name) for name in needed) or not _plain_linear(getattr(model, "lm_head", None)):

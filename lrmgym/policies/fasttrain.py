@@ -29,10 +29,18 @@ mode and the compiled graph round differently (fused kernels), within float tole
   (differentiable), and continuation rows on top of a row-selection of them, the layout of
   :mod:`lrmgym.learners.shared_prefix`.
 
+At real-model sizes two things change, by size, so that the tiny default model's update stays as it was: from
+:data:`SDPA_MIN_KEYS` attended positions on, attention runs through ``scaled_dot_product_attention`` (its fused
+causal kernel keeps no ``[t, t]`` scores for the backward), and where a pass's logits exceed :data:`LOGIT_CHUNK`
+elements, :meth:`LlamaTrainer.logprobs` computes log-probs and entropies chunk by chunk (:func:`head_logprobs`:
+the logits of a chunk are recomputed in the backward, never kept whole).
+
 Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (llama, mistral without a sliding window,
 qwen2; plain or LoRA linear layers; no hooks). In addition, a model in training mode with a dropout that would
-be active (attention dropout, a LoRA dropout) or with gradient checkpointing on does not qualify: this forward
-applies neither. :meth:`LlamaTrainer.build` returns ``None`` then, and callers take ``model.forward``.
+be active (attention dropout, a LoRA dropout) does not qualify: this forward does not apply it. With transformers'
+gradient checkpointing on (``policy.gradient_checkpointing``), this forward checkpoints each decoder layer too
+(``torch.utils.checkpoint``, non-reentrant: only the layer's input is kept, the rest is recomputed). Where a model
+does not qualify, :meth:`LlamaTrainer.build` returns ``None``, and callers take ``model.forward``.
 ``tests/policies/test_fasttrain.py`` checks logits and every parameter's gradient against ``model.forward``.
 """
 
@@ -48,6 +56,7 @@ import torch.nn.functional as F
 
 from lrmgym.policies.fastdecode import (
     _eps,
+    _hooked,
     _interleaved,
     _inv_rms,
     _linear_weights,
@@ -57,10 +66,38 @@ from lrmgym.policies.fastdecode import (
     llama_like,
 )
 
-__all__ = ["LlamaTrainer", "causal_lm_logits", "compile_unavailable"]
+__all__ = [
+    "LOGIT_CHUNK",
+    "SDPA_MIN_KEYS",
+    "LlamaTrainer",
+    "causal_lm_logits",
+    "chunked_model_logprobs",
+    "compile_unavailable",
+    "head_logprobs",
+]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer, ``(keys, values)`` of a pass, each ``[b, K, t, D]`` (after RoPE for the keys)."""
+
+
+SDPA_MIN_KEYS = 512
+"""From this many attended positions (prefix + pass) on, attention runs through ``scaled_dot_product_attention``
+(its causal or masked fused kernel: no ``[b, H, t, P+t]`` score and probability tensors kept for the backward);
+below it, as two batched products and a softmax. The tiny default model never reaches it (256 positions at most),
+so its update is unchanged. Measured on a CPU, one thread, head size 32, 4 heads, 1 024 tokens per pass, forward
+and backward of the attention alone: 2.95/2.82 ms (products/SDPA) at 64 positions, 5.4/4.8 at 128, 8.8/8.7 at 256,
+24.7/18.1 at 512, 35.3/26.1 at 1 024; and the memory a 4 096-position row's attention keeps for its backward
+(8 query and 2 key/value heads of 64): 1 651 MB as products, 37 MB through SDPA's causal kernel, 146 MB with an
+explicit mask (the mask itself). ``benchmarks/memory_real.py`` measures whole passes; its ``--thresholds`` A/B on
+a default update pass of the tiny model: 106.8 ms as it runs, 101.9 ms with SDPA forced (best of 15, one thread):
+the threshold keeps the default run's numbers bit-identical rather than take that ~5 %."""
+
+LOGIT_CHUNK = 1 << 24
+"""Logit elements (64 MiB in float32) that :func:`head_logprobs` computes at a time. A pass whose logits fit in one
+chunk (the tiny default model's: 1 024 tokens x 103) computes them whole, as before; a larger one (a 152k
+vocabulary: 110 tokens per chunk) computes log-probs and entropies chunk by chunk and recomputes each chunk's
+logits in the backward, so no ``[tokens, V]`` tensor outlives its chunk. Forced onto the tiny model's default
+pass it costs 24 % (132.4 against 106.8 ms, ``benchmarks/memory_real.py --thresholds``): hence the switch."""
 
 
 def compile_unavailable() -> str | None:
@@ -134,20 +171,146 @@ class _TrainLayer:
         self.eps1, self.eps2 = _eps(self.norm1), _eps(self.norm2)
 
 
+class _HeadLogProbs(torch.autograd.Function):
+    """Next-token log-probs (and detached entropies) of ``hidden @ weight.T + bias``, ``rows`` tokens at a time.
+
+    Forward: per chunk, the logits in float32 (divided by the temperature), their logsumexp ``lse``, the target's
+    ``logit - lse``. Only ``hidden``, the targets and ``lse`` are kept. Backward: per chunk, the logits again, and
+    ``d logp / d logits = onehot(target) - softmax`` (divided by the temperature) times the incoming gradient,
+    then the two products of a linear layer's backward (the weight's gradient accumulated over chunks).
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        temperature: float,
+        rows: int,
+        entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = hidden.shape[0]
+        logp = torch.empty(m, dtype=torch.promote_types(weight.dtype, torch.float32), device=hidden.device)
+        lse = torch.empty_like(logp)
+        ent = torch.empty_like(logp) if entropy else logp.new_empty(0)
+        for s in range(0, m, rows):
+            logits = _chunk_logits(hidden[s : s + rows], weight, bias, temperature)
+            lse[s : s + rows] = chunk_lse = torch.logsumexp(logits, dim=-1)
+            logp[s : s + rows] = logits.gather(-1, targets[s : s + rows, None]).squeeze(-1) - chunk_lse
+            if entropy:  # H = lse - sum(p * logits)
+                probs = (logits - chunk_lse[:, None]).exp_()
+                ent[s : s + rows] = chunk_lse - torch.linalg.vecdot(probs, logits)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.temperature, ctx.rows = temperature, rows
+        ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _: torch.Tensor) -> tuple:  # noqa: D102
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        rows, temperature = ctx.rows, ctx.temperature
+        grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        for s in range(0, hidden.shape[0], rows):
+            h, g = hidden[s : s + rows], grad[s : s + rows, None].to(lse.dtype)
+            dlogits = (_chunk_logits(h, weight, bias, temperature) - lse[s : s + rows, None]).exp_().mul_(-g)
+            dlogits.scatter_add_(1, targets[s : s + rows, None], g)
+            if temperature != 1.0:
+                dlogits.div_(temperature)
+            dlogits = dlogits.to(weight.dtype)
+            if grad_h is not None:
+                grad_h[s : s + rows] = dlogits @ weight
+            if grad_w is not None:
+                grad_w.addmm_(dlogits.t(), h.to(weight.dtype))
+            if grad_b is not None:
+                grad_b += dlogits.sum(0)
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> Any:
+    logits = F.linear(hidden, weight, bias)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # float32, or float64 for float64 input
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+def head_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log softmax(F.linear(hidden, weight, bias) / temperature)`` at ``targets``, without the whole logits.
+
+    ``hidden [..., h]`` and ``targets [...]`` (token ids) give ``(logp [...], entropy [...] or None)`` in float32
+    (float64 for float64 input), computed :data:`LOGIT_CHUNK` logit elements at a time (the logits are recomputed in
+    the backward). The entropies are detached. Differentiable in ``hidden``, ``weight`` and ``bias``.
+    """
+    shape = targets.shape
+    rows = max(1, LOGIT_CHUNK // weight.shape[0])
+    logp, ent = _HeadLogProbs.apply(
+        hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1), float(temperature), rows, entropy
+    )
+    return logp.view(shape), (ent.view(shape) if entropy else None)
+
+
+_PLAIN_HEAD = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo", "olmo2"}
+)
+"""Model types whose causal LM computes ``lm_head(decoder(...).last_hidden_state)`` and nothing more (no logit
+scaling or soft-capping), so that :func:`chunked_model_logprobs` may run the decoder and the head apart."""
+
+
+def chunked_model_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Next-token log-probs ``[b, t-1]`` (and entropies) through the model's own decoder, the head in chunks.
+
+    For models the lean forward does not take (Qwen3's q/k norms, MoE layers, left padding ...) whose logits would
+    exceed :data:`LOGIT_CHUNK`: transformers' decoder gives the hidden states, :func:`head_logprobs` the rest.
+    ``None`` where the logits fit whole, or where the model is not one of :data:`_PLAIN_HEAD` with a plain linear
+    head and no hooks on the causal LM or its head (the caller then takes ``model(...).logits``).
+    """
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    if getattr(getattr(base, "config", None), "model_type", None) not in _PLAIN_HEAD:
+        return None
+    head, get_decoder = getattr(base, "lm_head", None), getattr(base, "get_decoder", None)
+    if type(head) is not torch.nn.Linear or not callable(get_decoder) or _hooked(base) or _hooked(head):
+        return None
+    if input_ids.numel() * head.weight.shape[0] <= LOGIT_CHUNK:
+        return None
+    hidden = get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return head_logprobs(hidden[:, :-1], head.weight, head.bias, input_ids[:, 1:], temperature, entropy)
+
+
 def _steps_aside(model: Any) -> bool:
     """Whether ``model.forward`` must run instead of this module.
 
-    So when a dropout this module does not apply would be active (training mode, attention or LoRA dropout), or
-    transformers' activation checkpointing (compute traded for memory) is on.
+    So when a dropout this module does not apply would be active (training mode, attention or LoRA dropout).
     """
     attention_dropout = model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0
     for module in model.modules():  # one pass (this runs before every training forward)
-        if getattr(module, "gradient_checkpointing", False):
-            return True
         if model.training and isinstance(lora := getattr(module, "lora_dropout", None), torch.nn.ModuleDict):
             if any(isinstance(d, torch.nn.Dropout) and d.p > 0 for d in lora.values()):
                 return True
     return attention_dropout
+
+
+def _checkpointing(model: Any) -> bool:
+    """Whether ``model`` trains with transformers' gradient checkpointing on (``policy.gradient_checkpointing``).
+
+    transformers marks the decoder (``model.model``, before v5) or each decoder layer (v5) with
+    ``gradient_checkpointing = True``. The lean forward then recomputes each layer in the backward too.
+    """
+    inner = model.model
+    marked = getattr(inner, "gradient_checkpointing", False) or any(
+        getattr(layer, "gradient_checkpointing", False) for layer in inner.layers
+    )
+    return bool(model.training and marked)
 
 
 class LlamaTrainer(_LlamaParts):
@@ -162,6 +325,7 @@ class LlamaTrainer(_LlamaParts):
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
         self.layers = [_TrainLayer(layer, self.head_dim) for layer in model.model.layers]
         self.final_eps = _eps(self.final_norm)
+        self.checkpointing = _checkpointing(model)
         self._layers = functools.partial(_compiled_run(), self) if compiled else self._run
 
     @classmethod
@@ -176,41 +340,86 @@ class LlamaTrainer(_LlamaParts):
 
     # ------------------------------------------------------------------------------------------ the layers
     def _run(
-        self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, past: KV | None, group: int = 1
+        self, ids: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor | None, past: KV | None, group: int = 1
     ) -> tuple:
         """Hidden states after the final norm ``[b, t, hidden]`` and this pass's keys and values.
 
         ``bias [t, P+t]`` or ``[b, 1, t, P+t]`` is added to the attention scores (0 where a query may see a key,
-        the dtype's lowest value where not); ``past`` holds the keys and values of the ``P`` positions before,
-        one entry per ``group`` consecutive rows (see :meth:`extend`).
+        the dtype's lowest value where not), ``None`` for a plain causal pass (``P = 0``); ``past`` holds the keys
+        and values of the ``P`` positions before, one entry per ``group`` consecutive rows (see :meth:`extend`).
+        Attention runs as batched products under :data:`SDPA_MIN_KEYS` keys, through SDPA from there on.
         """
-        b, t = ids.shape
-        heads, kv, d = self.heads, self.kv_heads, self.head_dim
+        t = ids.shape[1]
         x = F.embedding(ids, self.embed, padding_idx=self.padding_idx)
         rotations = _rotations(self.rotary, x, positions)  # [b, t, 1, D/2], complex
+        fused = t + (past[0][0].shape[2] if past else 0) >= SDPA_MIN_KEYS
+        if bias is None and not fused:
+            bias = self._causal(t, self.embed)
         kept: KV = []
+        recompute = self.checkpointing and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
-            h = _Normalize.apply(x, layer.eps1)
-            # RoPE as one complex product on each head's interleaved pairs (0.24 against 0.35 ms forward and
-            # backward for rotate-half's roll, two products and a sum, on one [40, 22, 4, 32] projection)
-            q = _rotated(F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), rotations).transpose(1, 2)
-            k = _rotated(F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d), rotations).transpose(1, 2)
-            v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
+            args = (layer, x, rotations, bias, past[i] if past is not None else None, group, fused)
+            if recompute:  # keep the layer's input only; its activations are recomputed in the backward
+                x, k, v = torch.utils.checkpoint.checkpoint(self._layer, *args, use_reentrant=False)
+            else:
+                x, k, v = self._layer(*args)
             kept.append((k, v))
-            if past is not None:
-                k, v = _after_prefix(past[i][0], k, group), _after_prefix(past[i][1], v, group)
+        return _Normalize.apply(x, self.final_eps), kept
+
+    def _layer(
+        self,
+        layer: _TrainLayer,
+        x: torch.Tensor,
+        rotations: torch.Tensor,
+        bias: torch.Tensor | None,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
+        group: int,
+        fused: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decoder layer of :meth:`_run`: the new residual stream and this pass's keys and values."""
+        b, t, _ = x.shape
+        heads, kv, d = self.heads, self.kv_heads, self.head_dim
+        h = _Normalize.apply(x, layer.eps1)
+        # RoPE as one complex product on each head's interleaved pairs (0.24 against 0.35 ms forward and
+        # backward for rotate-half's roll, two products and a sum, on one [40, 22, 4, 32] projection)
+        q = _rotated(F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), rotations).transpose(1, 2)
+        new_k = _rotated(F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d), rotations).transpose(1, 2)
+        new_v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
+        k, v = new_k, new_v
+        if past is not None:
+            k, v = _after_prefix(past[0], k, group), _after_prefix(past[1], v, group)
+        if fused:  # q is pre-scaled (the scale is folded into q's weights): scale=1
+            attn = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, is_causal=bias is None, scale=1.0, enable_gqa=kv != heads
+            )
+        else:
             if kv != heads:  # grouped-query attention: each key/value head serves heads / kv query heads
                 k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
             scores = torch.matmul(q, k.transpose(-1, -2)).add_(bias)  # [b, H, t, P+t]
             attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
-            h = _Normalize.apply(x, layer.eps2)
-            x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
-        return _Normalize.apply(x, self.final_eps), kept
+        x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
+        h = _Normalize.apply(x, layer.eps2)
+        x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
+        return x, new_k, new_v
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of :meth:`_run`'s final hidden states (normalized, before the final norm's weight)."""
         return F.linear(hidden, self.lm_head_w * self.final_norm.weight, self.lm_head_b)
+
+    def fits_whole(self, tokens: int) -> bool:
+        """Whether the logits of ``tokens`` positions fit in one :data:`LOGIT_CHUNK` (else :meth:`logprobs`)."""
+        return tokens * self.lm_head_w.shape[0] <= LOGIT_CHUNK
+
+    def logprobs(
+        self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:func:`head_logprobs` of final hidden states ``[..., hidden]`` (:meth:`hidden`) at ``targets [...]``.
+
+        The final norm's weight multiplies the hidden states here rather than the head's weight (as :meth:`head`
+        does), so no second ``[V, hidden]`` weight is made.
+        """
+        scaled = hidden * self.final_norm.weight
+        return head_logprobs(scaled, self.lm_head_w, self.lm_head_b, targets, temperature, entropy)
 
     def _causal(self, t: int, like: torch.Tensor) -> torch.Tensor:
         blocked = torch.ones(t, t, dtype=torch.bool, device=like.device).triu(1)
@@ -222,21 +431,28 @@ class LlamaTrainer(_LlamaParts):
 
         On the real tokens, what ``model(input_ids, mask)`` gives; padded positions hold values no caller reads.
         """
-        b, t = input_ids.shape
-        positions = torch.arange(t, device=input_ids.device)[None]
-        hidden, _ = self._layers(input_ids, positions, self._causal(t, self.embed), None)
-        return self.head(hidden)
+        return self.head(self.hidden(input_ids))
+
+    def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`logits` before the head: final hidden states ``[b, t, hidden]`` (see :meth:`head`)."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        return self._layers(input_ids, positions, None, None)[0]
 
     def prefill(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, KV]:
         """Right-padded prompts ``[U, P]`` from position 0: final hidden states ``[U, P, hidden]``, keys/values."""
-        t = input_ids.shape[1]
-        positions = torch.arange(t, device=input_ids.device)[None]
-        return self._layers(input_ids, positions, self._causal(t, self.embed), None)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        return self._layers(input_ids, positions, None, None)
 
     def extend(
         self, input_ids: torch.Tensor, past: KV, past_valid: torch.Tensor, positions: torch.Tensor, group: int = 1
     ) -> torch.Tensor:
-        """Logits ``[N, C, V]`` of continuation rows ``[N, C]`` after ``past``.
+        """Logits ``[N, C, V]`` of continuation rows ``[N, C]`` after ``past`` (the head on :meth:`extend_hidden`)."""
+        return self.head(self.extend_hidden(input_ids, past, past_valid, positions, group))
+
+    def extend_hidden(
+        self, input_ids: torch.Tensor, past: KV, past_valid: torch.Tensor, positions: torch.Tensor, group: int = 1
+    ) -> torch.Tensor:
+        """Final hidden states ``[N, C, hidden]`` of continuation rows ``[N, C]`` after ``past``.
 
         ``past`` holds one prefix per ``group`` consecutive rows (``[N / group, K, P, D]`` per layer): rows
         ``g*group .. (g+1)*group - 1`` continue prefix ``g``. ``past_valid [N, P]`` is True on the prefix slots a
@@ -247,8 +463,7 @@ class LlamaTrainer(_LlamaParts):
         prefix = torch.zeros(past_valid.shape, dtype=self.embed.dtype, device=input_ids.device)
         prefix = prefix.masked_fill(~past_valid, low)[:, None, None, :].expand(n, 1, c, -1)
         causal = self._causal(c, self.embed)[None, None].expand(n, 1, c, c)
-        hidden, _ = self._layers(input_ids, positions, torch.cat([prefix, causal], dim=-1), past, group)
-        return self.head(hidden)
+        return self._layers(input_ids, positions, torch.cat([prefix, causal], dim=-1), past, group)[0]
 
 
 def _after_prefix(prefix: torch.Tensor, new: torch.Tensor, group: int) -> torch.Tensor:

@@ -11,6 +11,7 @@ sampled turn (:meth:`HFPolicy.encode_reply`), so multi-turn contexts are grown a
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pickle
 from collections.abc import Iterator, Sequence
@@ -388,6 +389,15 @@ class HFPolicyConfig(BaseModel):
     """Most sequences sampled in one batch."""
     trust_remote_code: bool = False
     """Allow model code from the checkpoint (only for checkpoints you trust)."""
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = None
+    """transformers' attention kernel (`from_pretrained(attn_implementation=...)`) for `model.forward`: sampling
+    through `generate` and training models the lean forward does not take. None: transformers' choice (sdpa
+    where it applies). "flash_attention_2" needs the flash-attn package and a CUDA GPU. The lean training
+    forward (Llama, Mistral, Qwen2) uses SDPA from 512 positions on whatever this says."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward instead of keeping them: less memory for long
+    rollouts, about a third more compute in the update. transformers' gradient checkpointing (non-reentrant),
+    which the lean training forward applies too."""
 
     def build(self) -> HFPolicy:
         """Check the folders (:mod:`lrmgym.policies.checkpoint`), then load the model and tokenizer and wrap them.
@@ -408,11 +418,23 @@ class HFPolicyConfig(BaseModel):
         kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code, "local_files_only": True}
         if self.dtype != "auto":
             kwargs[dtype_kwarg()] = _DTYPES[self.dtype]
+        if self.attn_implementation == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+            raise ModelFolderError(
+                "policy.attn_implementation='flash_attention_2' needs the flash-attn package (pip install flash-attn, "
+                "on a CUDA machine); set policy.attn_implementation=sdpa or leave it unset."
+            )
+        if self.attn_implementation is not None:
+            kwargs["attn_implementation"] = self.attn_implementation
         with load_errors(f"policy.model={self.model!r} from {folder}"):
             model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(
                 str(tokenizer_path), trust_remote_code=self.trust_remote_code, local_files_only=True
             )
+        if self.gradient_checkpointing:  # transformers 5 renamed it activation checkpointing
+            if callable(getattr(model, "activation_checkpointing_enable", None)):
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = self._with_adapter(model)
         return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
                         batch_size=self.batch_size)  # fmt: skip

@@ -318,3 +318,24 @@ def test_a_script_whose_env_needs_the_main_guard_is_told_so(tmp_path):
         f"could not start: it re-imports {tmp_path / 'train_me.py'} for the objects defined there, so that script's "
         'training code must sit under `if __name__ == "__main__":` (or set learner.async_rollouts=false).'
     )
+
+
+def test_async_rollouts_are_refused_on_a_gpu(tmp_path, monkeypatch):
+    """The worker would build a second copy of the model on the same GPU: refused with its fix, no worker started."""
+    import torch
+
+    from lrmgym.learners import onpolicy
+
+    class OnGPU(onpolicy.PolicyUpdater):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.device = torch.device("cuda", 0)  # as a policy on a GPU gives it
+
+    monkeypatch.setattr(onpolicy, "PolicyUpdater", OnGPU)
+    started = []
+    monkeypatch.setattr(RolloutWorker, "for_context", classmethod(lambda cls, *a, **k: started.append(1)))
+    loop = make_loop(run_config(_learner(async_rollouts=True)), tmp_path)
+    with pytest.raises(ValueError, match=r"a second model on cuda:0 .* set learner.async_rollouts=false"):
+        loop.algorithm.setup()
+    assert not started
+    make_loop(run_config(_learner(async_rollouts=False)), tmp_path / "sync", setup=True)  # synchronous: fine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from lrmgym.core import Completion
 from lrmgym.policies.base import SamplingParams, TokenContextPolicy, TrainablePolicy
+from lrmgym.policies.fasttrain import LlamaTrainer
 from lrmgym.policies.hf import HFPolicy, HFPolicyConfig, render_plain_chat
 from lrmgym.policies.sampling import filter_logits
 from lrmgym.policies.tiny import TinyArch, build_model, build_tokenizer
@@ -226,6 +228,28 @@ def test_config_builds_from_a_folder_with_lora(policy, tmp_path):
     assert trainable and all("lora_" in n for n in trainable)
     c = lora.generate(PROMPTS[:1], n=2, sampling=SamplingParams(max_new_tokens=6, seed=0))[0][0]
     assert lora.logprobs(c.prompt_token_ids, c.token_ids) == pytest.approx(c.logprobs, abs=1e-4)
+
+
+def test_config_sets_attention_kernel_and_gradient_checkpointing(policy, tmp_path):
+    policy.save(tmp_path / "m")
+    plain = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu").build()
+    assert not LlamaTrainer.build(plain.model.train()).checkpointing
+    built = HFPolicyConfig(
+        model=str(tmp_path / "m"), device="cpu", attn_implementation="eager", gradient_checkpointing=True
+    ).build()
+    assert built.model.config._attn_implementation == "eager"
+    assert LlamaTrainer.build(built.model.train()).checkpointing  # and the lean forward checkpoints too
+    plain.model.eval()
+    built.model.eval()
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    ids = [[c.token_ids for c in g] for g in built.generate(PROMPTS, sampling=greedy)]
+    assert ids == [[c.token_ids for c in g] for g in plain.generate(PROMPTS, sampling=greedy)]
+    with pytest.raises(ValueError, match="attn_implementation"):
+        HFPolicyConfig(model="x", attn_implementation="flash")
+    if importlib.util.find_spec("flash_attn") is None:  # a user's mistake: one line naming the value and the fix
+        flash = HFPolicyConfig(model=str(tmp_path / "m"), device="cpu", attn_implementation="flash_attention_2")
+        with pytest.raises(ValueError, match=r"needs the flash-attn package .* set policy.attn_implementation=sdpa"):
+            flash.build()
 
 
 def test_config_errors(tmp_path):
