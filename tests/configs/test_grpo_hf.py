@@ -26,8 +26,11 @@ def test_grpo_hf_has_real_model_defaults_and_a_small_evaluation():
 def test_tiny_tuned_values_with_policy_hf_draw_one_line():
     line = tiny_tuned_warning(resolve(("learner=grpo", *HF)))
     assert line is not None and "\n" not in line and "learner=grpo_hf" in line
-    for key in ("learner.lr=0.0004", "learner.max_new_tokens=48", "learner.time_budget_s=530", "async_rollouts=True"):
+    for key in ("learner.lr=0.0004", "learner.max_new_tokens=48", "async_rollouts=True"):
         assert key in line
+    assert "time_budget_s" not in line  # the default preset trains a fixed number of steps, with no time budget
+    budget = tiny_tuned_warning(resolve(("learner=grpo", *HF, "learner.time_budget_s=530")))
+    assert budget is not None and "learner.time_budget_s=530" in budget
     assert tiny_tuned_warning(resolve(("learner=grpo_hf", *HF))) is None
     assert tiny_tuned_warning(resolve(("learner=grpo",))) is None  # the tiny model: these values are its own
     fixed = ("learner.lr=1e-6", "learner.max_new_tokens=1024", "learner.time_budget_s=null")
