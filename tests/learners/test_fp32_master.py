@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policies"))  # the lean-forward tests' models
 
 import torch
+from fasttrain_helpers import _model
+from test_lora_reference import SEQS, _Policy
 
 from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater
-from tests.learners.test_lora_reference import SEQS, _Policy
-from tests.policies.test_fasttrain import _model
 
 ADV = [1.0, -0.5, 0.25, -0.75]
 

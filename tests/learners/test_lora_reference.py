@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policies"))  # the lean-forward tests' models
 
 import pytest
 import torch
+from fasttrain_helpers import _model
 
 from lrmgym.learners.rollout import TokenizedTrajectory, collate
 from lrmgym.learners.update import AdapterOffReference, PolicyGradientConfig, PolicyUpdater, frozen_reference
-from tests.policies.test_fasttrain import _model
 
 peft = pytest.importorskip("peft")
 

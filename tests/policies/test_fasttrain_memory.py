@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from fasttrain_helpers import IDS, MODELS, _close, _grads, _model, _right_padded
 
 from lrmgym.learners.losses import token_logprobs
 from lrmgym.learners.shared_prefix import forward_logprobs
 from lrmgym.policies import fasttrain
 from lrmgym.policies.fasttrain import LlamaTrainer, head_logprobs
-from tests.policies.test_fasttrain import IDS, MODELS, _close, _grads, _model, _right_padded
 
 PROMPTS = [list(range(3, 15)), list(range(20, 29))]
 ROWS = [PROMPTS[0] + [9, 10, 11], PROMPTS[0] + [12], PROMPTS[1] + [13, 14, 15, 16], PROMPTS[1] + [17, 18]]
