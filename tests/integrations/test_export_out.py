@@ -11,8 +11,7 @@ from click.testing import CliRunner
 
 from lrmgym.cli.main import cli
 
-TOKENS = ("env=math", "learner=grpo", "policy=hf", "policy.model=Qwen/Qwen2.5-1.5B-Instruct",
-          "learner.time_budget_s=null", "learner.async_rollouts=false", "learner.steps=2",
+TOKENS = ("env=math", "learner=grpo_hf", "policy=hf", "policy.model=Qwen/Qwen2.5-1.5B-Instruct", "learner.steps=2",
           "learner.prompts_per_step=4", "eval.tasks=3", "backend.gpus_per_node=2")  # fmt: skip
 
 
