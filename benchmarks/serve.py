@@ -107,8 +107,13 @@ def start_server(workers: int | None) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "lrmgym.cli.main", "serve", *TOKENS, "--port", "0", "--deadline-s", "170"]
     if workers:
         cmd += ["--workers", str(workers)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    return launch(cmd)
+
+
+def launch(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Start an ``lrmgym serve`` command; returns the process and its URL once ``/health`` answers."""
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
     assert proc.stdout is not None
     for line in proc.stdout:
         if "listening on " in line:

@@ -35,33 +35,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from serve import launch  # benchmarks/serve.py, beside this script
 
 SHORT = json.dumps({"v": 1, "index": 0, "seed": 0})
 LOOP = "```python\nwhile True:\n    pass\n```"
 
 
 def start_server(args: list[str], src: Path | None) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = str(src)
     cmd = [sys.executable, "-m", "lrmgym.cli.main", "serve", *args, "--port", "0"]
-    cwd = src if src is not None else None  # `python -m` puts the working folder first on sys.path
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "listening on " in line:
-            url = line.split("listening on ", 1)[1].strip().removesuffix("/get_reward")
-            break
-    else:
-        raise SystemExit("lrmgym serve did not start")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-    for _ in range(300):
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise SystemExit("lrmgym serve never answered /health")
+    return launch(cmd, env, cwd=src)  # `python -m` puts the working folder first on sys.path
 
 
 def stop(proc: subprocess.Popen) -> None:
