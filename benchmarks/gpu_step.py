@@ -16,7 +16,7 @@ In one process:
    updates), ``--prompts`` x ``--group`` samples of up to ``--new-tokens`` tokens each.
 4. The report, from the run's own ``metrics.jsonl`` (first step left out as warm-up): seconds per step and its
    parts, generated tokens/s, trained tokens/s, the step's FLOPs (``compute/flops_*``, matmuls only:
-   :mod:`lrmgym.learners.flops`), achieved TFLOP/s and MFU = achieved / measured peak, for the update and for
+   :mod:`lrmgym.learners.engine.flops`), achieved TFLOP/s and MFU = achieved / measured peak, for the update and for
    the whole step.
 
 ``--real-shape`` measures instead, in the same process, one training pass and the sampler on a random-weight
@@ -25,7 +25,7 @@ model of Qwen2.5-1.5B's real shape (152k vocabulary, 28 layers, hidden 1536, 12 
 
 - a training pass (log-probs and entropies of one row, ``-mean(logp)``, backward) at ``--lengths`` tokens (1k and
   4k) through the lean forward (SDPA + chunked log-probs) and through ``model.forward`` (transformers' SDPA, whole
-  logits): seconds, tokens/s, TFLOP/s and MFU (:func:`lrmgym.learners.flops.chunk_flops`, backward twice the
+  logits): seconds, tokens/s, TFLOP/s and MFU (:func:`lrmgym.learners.engine.flops.chunk_flops`, backward twice the
   forward), and ``torch.cuda.max_memory_allocated`` above the model's own memory;
 - the lean sampler (:func:`lrmgym.policies.sampling.sample_batch`) against ``model.generate``: ``--sample-rows``
   rows of a 64-token prompt, ``--sample-tokens`` new tokens each (no EOS: every row runs to the budget), tokens/s.
@@ -114,8 +114,8 @@ def real_shape(args: argparse.Namespace, peak_tflops: float) -> dict:
     import torch
     import transformers
 
-    from lrmgym.learners.flops import LlamaShape, chunk_flops
-    from lrmgym.learners.shared_prefix import forward_logprobs
+    from lrmgym.learners.engine.flops import LlamaShape, chunk_flops
+    from lrmgym.learners.engine.shared_prefix import forward_logprobs
     from lrmgym.policies.base import SamplingParams
     from lrmgym.policies.sampling import sample_batch
 
@@ -228,7 +228,7 @@ def train_steps(model_dir: Path, out_dir: Path, args: argparse.Namespace) -> lis
     from lrmgym.compose import train
     from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
     from lrmgym.eval.config import EvalConfig
-    from lrmgym.learners.grpo import GRPOConfig
+    from lrmgym.learners.algorithms.grpo import GRPOConfig
     from lrmgym.policies.hf import HFPolicyConfig
 
     if "lrmgym/BenchFractionA-v0" not in gymnasium.registry:

@@ -85,7 +85,7 @@ def run_lrmgym(model_dir: Path, out_dir: Path, threads: int, async_rollouts: boo
     from lrmgym.compose import train
     from lrmgym.configs.schema import EnvConfig, RunConfig, RunSection
     from lrmgym.eval.config import EvalConfig
-    from lrmgym.learners.grpo import GRPOConfig
+    from lrmgym.learners.algorithms.grpo import GRPOConfig
     from lrmgym.policies.hf import HFPolicyConfig
 
     if "lrmgym/BenchFractionA-v0" not in gymnasium.registry:

@@ -54,7 +54,7 @@ def one_pass(kind: str, tokens: int) -> dict:
     import torch
     import transformers
 
-    from lrmgym.learners.shared_prefix import forward_logprobs
+    from lrmgym.learners.engine.shared_prefix import forward_logprobs
     from lrmgym.policies import fasttrain
 
     torch.set_num_threads(1)
@@ -91,7 +91,7 @@ def thresholds(repeats: int) -> str:
     import torch
     import transformers
 
-    from lrmgym.learners.shared_prefix import forward_logprobs
+    from lrmgym.learners.engine.shared_prefix import forward_logprobs
     from lrmgym.policies import fasttrain
 
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ In one run, on one machine:
    of a thread count is the best rate over all those shapes.
 2. A short default training, ``lrmgym run env=math learner=grpo`` (the README's command) with a fixed number of
    steps, no time budget and no evaluation, in a fresh process as a user runs it. Its ``metrics.jsonl`` carries
-   the FLOPs of each step (``compute/flops_*``, :mod:`lrmgym.learners.flops`) and the seconds of its parts.
+   the FLOPs of each step (``compute/flops_*``, :mod:`lrmgym.learners.engine.flops`) and the seconds of its parts.
 3. The update alone: the batches of a short synchronous run of the same configuration, replayed through a fresh
    updater (:func:`replayed_update`) with the other core idle, so the in-run figure's share lost to the rollout
    worker beside it shows; and the same batches with ``learner.update_threads=2`` (both cores, as a synchronous
@@ -24,7 +24,7 @@ In one run, on one machine:
    cores (step FLOPs / 2-thread peak). The issue's targets: update >= 75 % of the single-thread peak, whole step
    <= 2x its floor. ``uptime`` is printed before and after, since the machine may be shared.
 
-Two FLOP counts, matmuls only. **Counted** is what :mod:`lrmgym.learners.flops` logs (``compute/flops_*``): the
+Two FLOP counts, matmuls only. **Counted** is what :mod:`lrmgym.learners.engine.flops` logs (``compute/flops_*``): the
 work of a plain trainer and sampler, a shared prompt once per row and padding left out. **Executed** is what the
 kernels computed: the update logs it (``compute/executed_flops_*``, exact for the lean forward, checked against
 ``torch.utils.flop_counter`` in the tests); for generation, ``FlopCounterMode`` counts one sampled step of the
@@ -50,8 +50,8 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lrmgym.learners.flops import LlamaShape, generate_flops
-from lrmgym.learners.rollout import prompt_length
+from lrmgym.learners.engine.flops import LlamaShape, generate_flops
+from lrmgym.learners.engine.rollout import prompt_length
 
 
 def uptime() -> str:
@@ -117,14 +117,14 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
     The in-run figure has the rollout worker busy on the other core (cache and memory traffic beside the update);
     this one is the update's kernel on its own: the same ``learner=grpo`` configuration, the batches of steps
     ``skip .. steps-1`` of a synchronous run, each replayed ``repeats`` times through a fresh
-    :class:`~lrmgym.learners.update.PolicyUpdater` as the async default runs it (pi_old from the sampler); the
+    :class:`~lrmgym.learners.engine.update.PolicyUpdater` as the async default runs it (pi_old from the sampler); the
     best time of each batch counts. Each batch is also replayed with ``learner.update_threads=2`` (two passes at
     once, one per core: what a synchronous run on this machine can use), alternating with the one-thread replay.
     Returns seconds (``seconds``, ``seconds_2threads``) and FLOPs per update.
     """
     from lrmgym.compose import train
     from lrmgym.configs.resolve import resolve
-    from lrmgym.learners import update as update_mod
+    from lrmgym.learners.engine import update as update_mod
 
     captured: list[tuple] = []
     real = update_mod.PolicyUpdater.update
@@ -174,12 +174,12 @@ def replayed_update(steps: int, skip: int, repeats: int, extra: list[str]) -> di
 
 
 def generation_executed_share(prompts: list[list[int]], shape: LlamaShape) -> float:
-    """Matmul FLOPs the sampler executes over those :mod:`lrmgym.learners.flops` counts, for one default step.
+    """Matmul FLOPs the sampler executes over those :mod:`lrmgym.learners.engine.flops` counts, for one default step.
 
     Samples ``group_size`` completions for each of ``prompts_per_step`` of the replayed prompts with the default
     policy and sampling settings, once under ``torch.utils.flop_counter.FlopCounterMode`` (which counts the
     products the kernels run: each distinct prompt prefilled once, the decode attention over the whole key
-    buffer), and divides by :func:`~lrmgym.learners.flops.generate_flops` of the same completions (each
+    buffer), and divides by :func:`~lrmgym.learners.engine.flops.generate_flops` of the same completions (each
     completion paying its own prefill, as the metrics count it).
     """
     from lrmgym.configs.resolve import resolve
@@ -209,7 +209,7 @@ def default_shape_and_rows() -> tuple[LlamaShape, int, int]:
     policy = cfg.policy.build()
     shape = LlamaShape.of_model(policy.model)
     if shape is None:
-        raise RuntimeError("The default policy's model is not one lrmgym.learners.flops counts.")
+        raise RuntimeError("The default policy's model is not one lrmgym.learners.engine.flops counts.")
     learner = cfg.learner
     return shape, int(learner.micro_batch_tokens or 1024), learner.prompts_per_step * learner.group_size
 
@@ -278,7 +278,8 @@ def report(args: argparse.Namespace) -> str:
         "Two FLOP counts, matmuls only: **executed**, what the kernels computed (each group's prompt once, padding "
         "included: the update's `compute/executed_flops_*`, and generation's share measured with "
         "`torch.utils.flop_counter` on one sampled step of the default configuration), and **counted**, what "
-        "`lrmgym/learners/flops.py` logs as `compute/flops_*` (the work of a plain trainer and sampler: a shared "
+        "`lrmgym/learners/engine/flops.py` logs as `compute/flops_*` (the work of a plain trainer and sampler: "
+        "a shared "
         "prompt once per row, padding left out). Prefix sharing makes the executed count the smaller; rates "
         "against the peak are judged on it.",
         "",

@@ -1,7 +1,7 @@
 """The composition root: a resolved config in, live objects out (env with judges, policy, run context).
 
 This is the one module that knows every wing: ``cli -> compose -> (configs, learners, judges, policies,
-envs) -> core``. Configs only describe; learners only receive (:class:`~lrmgym.learners.context.RunContext`);
+envs) -> core``. Configs only describe; learners only receive (:class:`~lrmgym.learners.engine.context.RunContext`);
 nothing below imports this module.
 """
 
@@ -28,7 +28,7 @@ def build_policy(config: Any) -> Any:
     """The configured policy; a tiny model of a recipe not built yet is built (and cached) first."""
     needs_build = getattr(config.policy, "needs_build", None)
     if callable(needs_build) and needs_build():
-        from lrmgym.learners.sft import build_tiny
+        from lrmgym.learners.algorithms.sft import build_tiny
 
         check_device = getattr(config.policy, "check_device", None)
         if callable(check_device):
@@ -39,7 +39,7 @@ def build_policy(config: Any) -> Any:
 
 def build_context(config: Any, run_dir: Path | str) -> Any:
     """Build the run's env, policy and eval plan from a resolved :class:`~lrmgym.configs.schema.RunConfig`."""
-    from lrmgym.learners.context import RunContext
+    from lrmgym.learners.engine.context import RunContext
 
     return RunContext(
         env=build_env(config),

@@ -21,7 +21,7 @@ from token ids, not from a re-encoded transcript: turn ``k + 1``'s prompt is tur
 token_ids`` (the EOS that ended it included) plus the policy's encoding of the env's reply
 (:meth:`~lrmgym.policies.base.TokenContextPolicy.encode_reply`: the reply's tokens for text prompts; the chat
 format's end-of-turn marker, unless the sampled EOS is that token, the ``user`` message and the generation
-prompt for chat prompts). So the prompts nest, and :func:`lrmgym.learners.rollout.tokenize_trajectory` lays the
+prompt for chat prompts). So the prompts nest, and :func:`lrmgym.learners.engine.rollout.tokenize_trajectory` lays the
 trajectory out as the last turn's prompt plus its completion. Re-encoding text instead drops the EOS (decoding
 removes it) or, with a chat template, writes a second end-of-turn token, and every later token would be trained
 on a context the sampler never saw. Other policies (``openai``, ``vllm``, scripted ones) still get the text or

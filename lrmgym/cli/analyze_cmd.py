@@ -39,8 +39,8 @@ def command() -> None:
 # ------------------------------------------------------------------------------------------------ models
 def _newest_weights(run_dir: Path) -> tuple[Path, str] | None:
     """The newest weights file of a run and what it is: ``checkpoints/step_N.pt``, else the latest stage's."""
-    from lrmgym.learners.rundir import Checkpointer
-    from lrmgym.learners.staged import FINAL_WEIGHTS, STAGES_DIR
+    from lrmgym.learners.engine.rundir import Checkpointer
+    from lrmgym.learners.engine.staged import FINAL_WEIGHTS, STAGES_DIR
 
     folders = [run_dir]
     if (run_dir / STAGES_DIR).is_dir():
@@ -59,7 +59,7 @@ def _load_weights(path: Path, option: str) -> dict[str, Any]:
     """The model state dict in ``path``: a checkpoint's ``state["model"]``, or a stage's ``final.pt`` itself."""
     import torch
 
-    from lrmgym.learners.staged import FINAL_WEIGHTS
+    from lrmgym.learners.engine.staged import FINAL_WEIGHTS
 
     final = path.name == FINAL_WEIGHTS  # a bare state dict; a checkpoint also holds RNG states (not weights only)
     try:
@@ -138,7 +138,7 @@ def _locate(value: str, option: str, device: str | None) -> _Model:
 
 def _reason_maxxer_hint(option: str, run: Path) -> str:
     """A reason_maxxer run's checkpoints hold its LoRA adapter, not a model: name the merged model to give."""
-    merged = run / "merged"  # lrmgym.learners.reason_maxxer writes it with learner.merge=true
+    merged = run / "merged"  # lrmgym.learners.algorithms.reason_maxxer writes it with learner.merge=true
     head = f"{option}: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; "
     if (merged / "config.json").is_file():
         return head + f"give its merged model: {option} {merged}."

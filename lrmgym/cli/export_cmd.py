@@ -8,7 +8,7 @@ Examples::
     lrmgym export verl env=gsm8k judge=[accuracy,format_strict] out=exports/gsm8k-verl
 
 ``traces`` writes the rollouts ``samples.jsonl`` logged, one JSON object per rollout (the schema is in
-:mod:`lrmgym.learners.export`), and optionally preference pairs in TRL's DPO format. ``openrlhf`` writes what
+:mod:`lrmgym.learners.engine.export`), and optionally preference pairs in TRL's DPO format. ``openrlhf`` writes what
 OpenRLHF's ``train_ppo_ray`` needs to train a config (:mod:`lrmgym.integrations.openrlhf_launch`);
 :func:`run_openrlhf` is ``lrmgym run ... backend=openrlhf``: the same export into the run directory, then its
 ``launch.sh``. ``verl`` writes verl's parquet data and a custom reward function (:mod:`lrmgym.adapters.verl`).
@@ -50,7 +50,7 @@ def command() -> None:
 
 def _samples_file(source: Path) -> Path:
     """The ``samples.jsonl`` that RUN_DIR names (RUN_DIR may be that file itself)."""
-    from lrmgym.learners.staged import STAGES_DIR
+    from lrmgym.learners.engine.staged import STAGES_DIR
 
     if source.is_file():
         return source
@@ -120,7 +120,7 @@ def traces(run_dir: Path, out: Path | None, pairs: Path | None, min_margin: floa
     run folder only with --force.
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
     from lrmgym.files import OutputPathError, check_output_file
-    from lrmgym.learners.export import TraceFileError, export_traces
+    from lrmgym.learners.engine.export import TraceFileError, export_traces
 
     samples = _samples_file(run_dir)
     default = samples.parent / TRACES_NAME

@@ -274,7 +274,7 @@ def _disk_full(err: OSError, run_dir: Path | None) -> EnvironmentFailure:
 
 def _stopped(run_dir: Path) -> str:
     """``The run in DIR stopped; its newest checkpoint (step 40) is intact`` (or that it has none yet)."""
-    from lrmgym.learners.staged import newest_checkpoint
+    from lrmgym.learners.engine.staged import newest_checkpoint
 
     point = newest_checkpoint(run_dir)
     kept = f"its newest checkpoint ({point}) is intact" if point else "it has no checkpoint yet"
@@ -336,7 +336,7 @@ def run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool) -> N
 def _lock(run_dir: Path, held: contextlib.ExitStack) -> None:
     """Hold ``run_dir``'s lock until ``held`` closes; one ``Error:`` line when another process holds it."""
     from lrmgym.files import describe_os_error
-    from lrmgym.learners.rundir import RunDirLocked, lock_run_dir
+    from lrmgym.learners.engine.rundir import RunDirLocked, lock_run_dir
 
     try:
         held.enter_context(lock_run_dir(run_dir))
@@ -347,7 +347,7 @@ def _lock(run_dir: Path, held: contextlib.ExitStack) -> None:
 
 
 def _run(overrides: tuple[str, ...], resume_dir: Path | None, dry_run: bool, held: contextlib.ExitStack) -> None:
-    from lrmgym.learners.resume import ResumeConfigError, check_config, read_run_record
+    from lrmgym.learners.engine.resume import ResumeConfigError, check_config, read_run_record
 
     if resume_dir is not None:
         if overrides:
@@ -390,9 +390,9 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
     from lrmgym.compose import prepare
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.files import atomic_write_text
-    from lrmgym.learners.async_rollout import RolloutWorkerLost
-    from lrmgym.learners.resume import write_run_record
-    from lrmgym.learners.rundir import CorruptCheckpointError
+    from lrmgym.learners.engine.async_rollout import RolloutWorkerLost
+    from lrmgym.learners.engine.resume import write_run_record
+    from lrmgym.learners.engine.rundir import CorruptCheckpointError
     from lrmgym.policies.base import MissingPackageError
 
     new = resume_dir is None
@@ -438,7 +438,7 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
             raise _disk_full(err, run_dir) from None
         raise
     except KeyboardInterrupt:
-        from lrmgym.learners.staged import newest_checkpoint
+        from lrmgym.learners.engine.staged import newest_checkpoint
 
         point = newest_checkpoint(run_dir)
         if point:

@@ -63,7 +63,7 @@ _steps = click.option("--steps", default=None, type=click.IntRange(min=1), help=
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def build(seed: int, steps: int | None, threads: int | None, force: bool, quiet: bool) -> None:
     """Build the tiny model into the cache ($XDG_CACHE_HOME/lrmgym/tiny/<hash>), or report the cached one."""
-    from lrmgym.learners.sft import build_tiny
+    from lrmgym.learners.algorithms.sft import build_tiny
 
     cfg = _config(seed, steps, threads)
     cached = (cfg.cache_dir() / "build.json").is_file() and not force

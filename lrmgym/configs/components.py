@@ -12,11 +12,11 @@ from lrmgym.policies.kinds import POLICY_KINDS
 COMPONENTS: dict[str, dict[str, str]] = {
     "policy": POLICY_KINDS,
     "learner": {
-        "grpo": "lrmgym.learners.grpo:GRPOConfig",
-        "dapo": "lrmgym.learners.dapo:DAPOConfig",
-        "ppo": "lrmgym.learners.ppo:PPOConfig",
-        "ring_zero": "lrmgym.learners.ring_zero:RingZeroConfig",
-        "reason_maxxer": "lrmgym.learners.reason_maxxer:ReasonMaxxerConfig",
+        "grpo": "lrmgym.learners.algorithms.grpo:GRPOConfig",
+        "dapo": "lrmgym.learners.algorithms.dapo:DAPOConfig",
+        "ppo": "lrmgym.learners.algorithms.ppo:PPOConfig",
+        "ring_zero": "lrmgym.learners.algorithms.ring_zero:RingZeroConfig",
+        "reason_maxxer": "lrmgym.learners.algorithms.reason_maxxer:ReasonMaxxerConfig",
     },
     "judge": {
         "accuracy": "lrmgym.judges.rule:AccuracyJudgeConfig",

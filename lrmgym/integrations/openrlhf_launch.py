@@ -314,7 +314,7 @@ policy and eval field is here)."""
 # over the whole batch with no group baseline, which is what "reinforce" does (the return, whitened over the
 # batch); "reinforce_baseline" first subtracts each prompt's group mean, which is lrmgym's reinforce_pp_baseline.
 # Both OpenRLHF estimators whiten over the batch's tokens, lrmgym's over its samples (each once): the same when
-# the completions are equally long (lrmgym/learners/advantages.py says so of its own estimator).
+# the completions are equally long (lrmgym/learners/algorithms/advantages.py says so of its own estimator).
 ESTIMATORS = {
     "grpo": "group_norm",
     "dr_grpo": "dr_grpo",

@@ -4,7 +4,7 @@ A policy is anything with ``generate(prompts, n, sampling) -> list[list[Completi
 one entry per prompt, the inner one its ``n`` samples. A *trainable* policy (the ``hf`` and ``tiny``
 policies) also exposes its torch ``model`` and ``tokenizer`` to the learner. A :class:`TokenContextPolicy`
 (the ``hf`` and ``tiny`` policies) can also sample from token ids, which multi-turn rollouts use so that a
-later turn is sampled on exactly the tokens a learner trains it on (see :mod:`lrmgym.learners.rollout`).
+later turn is sampled on exactly the tokens a learner trains it on (see :mod:`lrmgym.learners.engine.rollout`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ mode and the compiled graph round differently (fused kernels), within float tole
   that a real token never attends to padding (padding comes after it), so the causal mask is the whole mask.
 - :meth:`LlamaTrainer.prefill` then :meth:`LlamaTrainer.extend`: a prompt pass that keeps its keys and values
   (differentiable), and continuation rows on top of a row-selection of them, the layout of
-  :mod:`lrmgym.learners.shared_prefix`.
+  :mod:`lrmgym.learners.engine.shared_prefix`.
 
 At real-model sizes two things change, by size, so that the tiny default model's update stays as it was: from
 :data:`SDPA_MIN_KEYS` attended positions on, attention runs through ``scaled_dot_product_attention`` (its fused

@@ -3,7 +3,8 @@
 Nothing is downloaded. :func:`build_tokenizer` makes a character-level tokenizer in code (printable ASCII plus
 ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` as single tokens, so answers are short sequences);
 :func:`build_model` makes a ``LlamaForCausalLM`` from a config (head dim 32, so vLLM's CPU attention can
-serve it); :func:`lrmgym.learners.sft.build_tiny` fits it by supervised learning on the math env's worked solutions
+serve it); :func:`lrmgym.learners.algorithms.sft.build_tiny` fits it by supervised learning on the math env's
+worked solutions
 (``Task.metadata["solution"]``) of its *train* split, to partial competence (61 % held-out accuracy at
 temperature 1 on ``env=math``, 79 % greedy), so that most GRPO groups carry signal and sampling has much to
 sharpen.
@@ -231,7 +232,7 @@ class TinyPolicyConfig(BaseModel):
         """Whether this config's model is neither cached nor shipped (nor at ``path``) and may be built.
 
         Building trains on an env's data, which a policy does not import: the composition root
-        (:func:`lrmgym.compose.build_policy`) builds it with :func:`lrmgym.learners.sft.build_tiny`.
+        (:func:`lrmgym.compose.build_policy`) builds it with :func:`lrmgym.learners.algorithms.sft.build_tiny`.
         """
         folder = self.model_dir()
         built = (folder / "build.json").is_file() or bool(self.path and (folder / "config.json").is_file())

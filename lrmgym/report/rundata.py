@@ -1,6 +1,6 @@
 """Reading a run directory for the report: config, run record, summary, metrics, and where the samples are.
 
-A run directory is what :mod:`lrmgym.learners.loop` writes (``metrics.jsonl``, ``samples.jsonl``,
+A run directory is what :mod:`lrmgym.learners.engine.loop` writes (``metrics.jsonl``, ``samples.jsonl``,
 ``summary.json``; the CLI adds ``config.yaml`` and ``run.json``), or a staged run (Ring-Zero) whose loops
 each write those files into ``stages/NN-name/`` under one top-level ``config.yaml`` and ``summary.json``.
 Every loop's folder is a :class:`Part`; a plain run has one, a staged run one per stage.
@@ -23,7 +23,7 @@ from typing import Any
 __all__ = ["Part", "ReportError", "RunData", "iter_jsonl", "read_run"]
 
 STAGES_DIR = "stages"
-"""The folder of a staged run's stages (as :mod:`lrmgym.learners.staged` names it)."""
+"""The folder of a staged run's stages (as :mod:`lrmgym.learners.engine.staged` names it)."""
 _STAGE_RE = re.compile(r"^\d+-.+$")
 _EXPECTED = "a run directory made by `lrmgym run` (metrics.jsonl, summary.json, config.yaml)"
 

@@ -123,7 +123,7 @@ def test_judge_command_scores_exactly_the_listed_judges(tmp_path):
 def test_a_learner_setup_error_is_a_user_error_and_leaves_no_run_behind(tmp_path, monkeypatch):
     # The updater's own checks run in the learner's setup (learner.update_threads with a policy off the CPU: a
     # GPU this machine lacks, so the check's error is raised here as it would be there).
-    from lrmgym.learners import update
+    from lrmgym.learners.engine import update
 
     def refuse(self, cfg, *args, **kwargs):
         raise ValueError(
@@ -309,8 +309,8 @@ def test_a_killed_rollout_worker_is_one_error_line_with_the_resume_command(tmp_p
     import os
     import signal
 
-    from lrmgym.learners import onpolicy
-    from lrmgym.learners.async_rollout import RolloutWorker
+    from lrmgym.learners.engine import onpolicy
+    from lrmgym.learners.engine.async_rollout import RolloutWorker
 
     monkeypatch.setattr(onpolicy, "usable_cpus", lambda: 2)  # async even where this process may use one CPU
     results = {"calls": 0}

@@ -1,4 +1,4 @@
-"""`lrmgym export traces`: rollouts and DPO pairs from a run's samples.jsonl (`lrmgym.learners.export`)."""
+"""`lrmgym export traces`: rollouts and DPO pairs from a run's samples.jsonl (`lrmgym.learners.engine.export`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from lrmgym.cli.main import cli
-from lrmgym.learners.export import TRACE_FIELDS, arena_strength
+from lrmgym.learners.engine.export import TRACE_FIELDS, arena_strength
 
 
 def invoke(*args):
@@ -226,7 +226,7 @@ def test_a_real_arena_run_exports_the_strengths_behind_its_rewards(tmp_path):
 
 
 def test_exported_traces_are_reason_maxxer_training_data(run_dir):
-    from lrmgym.learners.reason_maxxer import read_rollouts
+    from lrmgym.learners.algorithms.reason_maxxer import read_rollouts
 
     assert invoke(run_dir).exit_code == 0
     rollouts = read_rollouts(run_dir / "traces.jsonl")

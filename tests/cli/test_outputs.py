@@ -226,7 +226,7 @@ def test_judge_keeps_an_existing_output_unless_forced(tmp_path):
 
 
 def test_report_keeps_an_existing_page_unless_forced_and_never_replaces_a_run_file(tmp_path):
-    from lrmgym.learners.rundir import JsonlLog
+    from lrmgym.learners.engine.rundir import JsonlLog
 
     run = tmp_path / "run"
     run.mkdir()
@@ -276,7 +276,7 @@ def test_read_only_commands_work_on_a_run_another_process_trains_in(tmp_path):
 
     run = _run_folder(tmp_path / "run")
     hold = (
-        "import sys; from lrmgym.learners.rundir import lock_run_dir\n"
+        "import sys; from lrmgym.learners.engine.rundir import lock_run_dir\n"
         "with lock_run_dir(sys.argv[1]):\n    print('locked', flush=True); sys.stdin.read()\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -302,9 +302,9 @@ def test_learners_without_an_openrlhf_equivalent_are_refused(learner, why):
 def test_every_learner_policy_and_eval_field_is_classified():
     from lrmgym.configs.schema import RunSection
     from lrmgym.eval.config import EvalConfig
-    from lrmgym.learners.dapo import DAPOConfig
-    from lrmgym.learners.grpo import GRPOConfig
-    from lrmgym.learners.ppo import PPOConfig
+    from lrmgym.learners.algorithms.dapo import DAPOConfig
+    from lrmgym.learners.algorithms.grpo import GRPOConfig
+    from lrmgym.learners.algorithms.ppo import PPOConfig
     from lrmgym.policies.hf import HFPolicyConfig
     from lrmgym.policies.vllm import VLLMPolicyConfig
 

@@ -27,7 +27,7 @@ from lrmgym.compose import train
 from lrmgym.configs.resolve import load_preset  # noqa: E402
 from lrmgym.core import Completion, Task, TextEnv, Verdict  # noqa: E402
 from lrmgym.judges.arena import ArenaJudge, ArenaJudgeConfig  # noqa: E402
-from lrmgym.learners.grpo import GRPOConfig  # noqa: E402
+from lrmgym.learners.algorithms.grpo import GRPOConfig  # noqa: E402
 
 ENV_ID = "lrmgym/ArenaRankTest-v0"
 GROUP = 4

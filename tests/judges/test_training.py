@@ -16,7 +16,7 @@ from lrmgym.compose import train
 from lrmgym.judges.arena import ArenaJudgeConfig  # noqa: E402
 from lrmgym.judges.llm import PointwiseJudgeConfig  # noqa: E402
 from lrmgym.judges.rule import AccuracyJudgeConfig  # noqa: E402
-from lrmgym.learners.grpo import GRPOConfig  # noqa: E402
+from lrmgym.learners.algorithms.grpo import GRPOConfig  # noqa: E402
 
 register_test_env()
 
@@ -114,7 +114,7 @@ def _lines(run_dir):
 
 
 def test_a_dead_judge_endpoint_stops_the_run_after_three_failed_steps_and_the_run_resumes(tmp_path, capsys):
-    from lrmgym.learners.loop import FailedStepsError
+    from lrmgym.learners.engine.loop import FailedStepsError
 
     judges = {"llm_pointwise": PointwiseJudgeConfig(policy=_dead_policy(), max_retries=0, backoff_s=0)}
     cfg = run_config(_learner(5)).model_copy(update={"judge": judges})
@@ -140,7 +140,7 @@ def test_a_dead_judge_endpoint_stops_the_run_after_three_failed_steps_and_the_ru
 def test_a_dead_judge_beside_the_verifier_stops_the_run_too(tmp_path):
     # The verifier grades every sample (nothing is masked), but the judge the user asked for never answers:
     # training on the verifier alone without saying so would be silent, so this stops as well.
-    from lrmgym.learners.loop import FailedStepsError
+    from lrmgym.learners.engine.loop import FailedStepsError
 
     judges = {
         "accuracy": AccuracyJudgeConfig(),

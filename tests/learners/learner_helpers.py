@@ -96,7 +96,7 @@ class TinyTestPolicyConfig(BaseModel):
 
 def small_grpo(**overrides: Any) -> Any:
     """A GRPOConfig of 2 steps of 4 tasks x 4 samples x 8 new tokens, no evaluation, KL or clipping; ``overrides``."""
-    from lrmgym.learners.grpo import GRPOConfig
+    from lrmgym.learners.algorithms.grpo import GRPOConfig
 
     base: dict[str, Any] = dict(
         steps=2, prompts_per_step=4, group_size=4, max_new_tokens=8, eval_before_after=False, progress=False,
@@ -132,7 +132,7 @@ def make_loop(cfg: Any, run_dir: Path, setup: bool = False) -> Any:
 
 _TRY_LOCK = (
     "import sys\n"
-    "from lrmgym.learners.rundir import RunDirLocked, lock_run_dir\n"
+    "from lrmgym.learners.engine.rundir import RunDirLocked, lock_run_dir\n"
     "try:\n"
     "    with lock_run_dir(sys.argv[1]):\n"
     "        print('free')\n"

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from lrmgym.learners.advantages import (
+from lrmgym.learners.algorithms.advantages import (
     GROUP_ADVANTAGES,
     TOKEN_ADVANTAGES,
     gae,
@@ -73,7 +73,7 @@ def test_unknown_estimator():
     msg = (
         "unknown group advantage estimator 'ppo'; known: dr_grpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo. "
         "Did you mean 'grpo'? Use one of these, or register a new one with "
-        "@lrmgym.learners.advantages.register_advantage(name)."
+        "@lrmgym.learners.algorithms.advantages.register_advantage(name)."
     )
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         group_advantages(rewards, valid, "ppo")

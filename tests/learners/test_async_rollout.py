@@ -10,8 +10,8 @@ import pytest
 from learner_helpers import CountAEnv, make_loop, register_test_env, run_config
 
 from lrmgym.compose import train
-from lrmgym.learners.async_rollout import RolloutWorker, RolloutWorkerError
-from lrmgym.learners.grpo import GRPOConfig
+from lrmgym.learners.algorithms.grpo import GRPOConfig
+from lrmgym.learners.engine.async_rollout import RolloutWorker, RolloutWorkerError
 from lrmgym.policies.base import SamplingParams
 
 register_test_env()
@@ -89,7 +89,7 @@ def test_worker_errors_carry_the_workers_traceback(tmp_path):
 
 
 def test_worker_exits_when_the_trainer_goes_away():
-    from lrmgym.learners.grpo import GRPO  # noqa: F401  (the trainer's imports, as in a real run)
+    from lrmgym.learners.algorithms.grpo import GRPO  # noqa: F401  (the trainer's imports, as in a real run)
 
     cfg = run_config(_learner())
     worker = RolloutWorker(*_builders(cfg), env_id=cfg.env.id, threads=1)
@@ -115,7 +115,7 @@ def test_sampler_logprobs_as_behaviour_policy_need_the_untempered_distribution()
 
 
 def test_one_cpu_runs_synchronously(tmp_path, monkeypatch, capsys):
-    from lrmgym.learners import onpolicy
+    from lrmgym.learners.engine import onpolicy
 
     monkeypatch.setattr(onpolicy, "usable_cpus", lambda: 1)
     cfg = run_config(_learner(async_rollouts=True, steps=1))
@@ -147,7 +147,7 @@ def test_a_resumed_async_run_matches_an_uninterrupted_one(tmp_path):
 def test_the_trainer_holds_the_run_directory_lock_for_itself_and_its_rollout_worker(tmp_path, monkeypatch):
     from learner_helpers import lock_seen_from_another_process
 
-    from lrmgym.learners.loop import Loop
+    from lrmgym.learners.engine.loop import Loop
 
     seen, real = [], Loop.train_step
 
@@ -185,7 +185,7 @@ def test_a_killed_worker_is_reported_wherever_it_dies(when):
     # traceback). A stopped worker first, where a fast reply could otherwise beat the kill.
     import threading
 
-    from lrmgym.learners.async_rollout import RolloutWorkerLost
+    from lrmgym.learners.engine.async_rollout import RolloutWorkerLost
 
     sampling = SamplingParams(max_new_tokens=4)
     worker = _bare_worker()
@@ -227,7 +227,7 @@ def test_a_stopped_worker_is_noticed_within_the_bound_and_a_busy_one_is_not():
     import gymnasium
 
     import lrmgym
-    from lrmgym.learners.async_rollout import RolloutWorkerLost
+    from lrmgym.learners.engine.async_rollout import RolloutWorkerLost
 
     if "lrmgym/SlowCountA-v0" not in gymnasium.registry:
         lrmgym.register("lrmgym/SlowCountA-v0", "test_async_rollout:_SlowCountA")
@@ -313,7 +313,7 @@ def test_a_script_whose_env_needs_the_main_guard_is_told_so(tmp_path):
     done = _run_script(tmp_path, source)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("lrmgym.learners.async_rollout.RolloutWorkerError: The rollout worker (pid ")
+    assert last.startswith("lrmgym.learners.engine.async_rollout.RolloutWorkerError: The rollout worker (pid ")
     assert last.endswith(
         f"could not start: it re-imports {tmp_path / 'train_me.py'} for the objects defined there, so that script's "
         'training code must sit under `if __name__ == "__main__":` (or set learner.async_rollouts=false).'
@@ -324,7 +324,7 @@ def test_async_rollouts_are_refused_on_a_gpu(tmp_path, monkeypatch):
     """The worker would build a second copy of the model on the same GPU: refused with its fix, no worker started."""
     import torch
 
-    from lrmgym.learners import onpolicy
+    from lrmgym.learners.engine import onpolicy
 
     class OnGPU(onpolicy.PolicyUpdater):
         def __init__(self, *args, **kwargs):

@@ -10,15 +10,15 @@ import torch
 from learner_helpers import make_loop, register_test_env, run_config
 
 import lrmgym.compose as compose
-import lrmgym.learners.onpolicy as onpolicy_module
+import lrmgym.learners.engine.onpolicy as onpolicy_module
 from lrmgym.compose import train
 from lrmgym.configs.resolve import ConfigError, resolve
 from lrmgym.core import Verdict
-from lrmgym.learners.advantages import group_advantages
-from lrmgym.learners.dapo import DAPOConfig
-from lrmgym.learners.grpo import GRPOConfig
-from lrmgym.learners.loop import Loop
-from lrmgym.learners.rollout import tokenize_trajectory
+from lrmgym.learners.algorithms.advantages import group_advantages
+from lrmgym.learners.algorithms.dapo import DAPOConfig
+from lrmgym.learners.algorithms.grpo import GRPOConfig
+from lrmgym.learners.engine.loop import Loop
+from lrmgym.learners.engine.rollout import tokenize_trajectory
 
 register_test_env()
 VOLATILE = ("time/", "tokens_per_s", "perf/")  # perf/*: FLOPs per second of wall time

@@ -20,7 +20,7 @@ from learner_helpers import TEST_ENV_ID, register_test_env, save_tiny_hf
 
 from lrmgym.compose import train
 from lrmgym.configs.resolve import resolve_dict
-from lrmgym.learners.rundir import Checkpointer
+from lrmgym.learners.engine.rundir import Checkpointer
 
 register_test_env()
 HERE = Path(__file__).resolve().parent

@@ -12,8 +12,7 @@ from learner_helpers import tiny_hf_policy
 from pydantic import ValidationError
 
 from lrmgym.core import Completion, learner_env
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.distill import (
+from lrmgym.learners.algorithms.distill import (
     DEFAULT_PRUNE_PROMPT,
     SDConfig,
     SelfDistill,
@@ -24,14 +23,15 @@ from lrmgym.learners.distill import (
     self_distill_loop,
     write_traces,
 )
-from lrmgym.learners.loop import Loop
-from lrmgym.learners.sft import (
+from lrmgym.learners.algorithms.sft import (
     MaskedCE,
     collate_masked_ce,
     cosine_lr_factor,
     masked_ce_batches,
     train_masked_ce,
 )
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Loop
 from lrmgym.policies import fasttrain
 from lrmgym.policies.tiny import TinyArch, TinyTrainConfig, build_model, build_tokenizer
 from lrmgym.registry import make

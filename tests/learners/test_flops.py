@@ -1,4 +1,4 @@
-"""FLOP counts of lrmgym.learners.flops: hand-computed on a tiny shape, and against torch's FlopCounterMode."""
+"""FLOP counts of lrmgym.learners.engine.flops: hand-computed on a tiny shape, and against torch's FlopCounterMode."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from lrmgym.learners.flops import (
+from lrmgym.learners.engine.flops import (
     LlamaShape,
     backward_flops,
     chunk_flops,
@@ -119,8 +119,8 @@ def _grpo(**kw: Any) -> Any:
 
 
 def _batch(algo: Any) -> tuple[list[Any], list[float]]:
-    from lrmgym.learners.advantages import group_advantages, scores_to_tensors
-    from lrmgym.learners.rollout import rollout, tokenize_trajectory
+    from lrmgym.learners.algorithms.advantages import group_advantages, scores_to_tensors
+    from lrmgym.learners.engine.rollout import rollout, tokenize_trajectory
 
     ro = rollout(algo.env, algo.policy, [algo.env.task_at(i, seed=0) for i in range(4)], 4, algo.cfg.sampling(3))
     adv = group_advantages(*scores_to_tensors([[t.reward for t in g] for g in ro.groups])).advantages
@@ -156,7 +156,7 @@ def test_the_update_counts_the_flops_it_executes(tmp_path, options) -> None:
     from learner_helpers import make_loop, register_test_env, run_config
     from torch.utils.flop_counter import FlopCounterMode
 
-    from lrmgym.learners import shared_prefix
+    from lrmgym.learners.engine import shared_prefix
 
     register_test_env()
     algo = make_loop(run_config(_grpo(**options)), tmp_path, setup=True).algorithm
@@ -210,7 +210,7 @@ def test_a_model_flops_does_not_count_logs_no_flops(tmp_path, monkeypatch) -> No
     from learner_helpers import register_test_env, run_config
 
     from lrmgym.compose import train
-    from lrmgym.learners.flops import achieved_rates
+    from lrmgym.learners.engine.flops import achieved_rates
 
     register_test_env()
     monkeypatch.setattr(LlamaShape, "of_model", classmethod(lambda cls, model: None))
@@ -221,7 +221,7 @@ def test_a_model_flops_does_not_count_logs_no_flops(tmp_path, monkeypatch) -> No
 
 
 def test_trajectory_generate_flops_counts_each_policy_turn() -> None:
-    from lrmgym.learners.flops import trajectory_generate_flops
+    from lrmgym.learners.engine.flops import trajectory_generate_flops
 
     # prompt 2, policy 3, env 1, policy 2: the second turn prefills the 6 tokens before it.
     mask = [False, False, True, True, True, False, True, True]

@@ -7,7 +7,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from lrmgym.learners.grpo import GRPOConfig
+from lrmgym.learners.algorithms.grpo import GRPOConfig
 
 
 def test_preset_resolves_to_grpo_config():

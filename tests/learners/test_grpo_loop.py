@@ -10,8 +10,8 @@ import pytest
 from learner_helpers import make_loop, register_test_env, run_config
 
 from lrmgym.compose import train
-from lrmgym.learners.grpo import GRPOConfig
-from lrmgym.learners.rollout import collate
+from lrmgym.learners.algorithms.grpo import GRPOConfig
+from lrmgym.learners.engine.rollout import collate
 
 register_test_env()
 
@@ -77,8 +77,8 @@ def _trainer(tmp_path, **kw):
 
 
 def _rollout_tokens(trainer):
-    from lrmgym.learners.advantages import group_advantages, scores_to_tensors
-    from lrmgym.learners.rollout import rollout, tokenize_trajectory
+    from lrmgym.learners.algorithms.advantages import group_advantages, scores_to_tensors
+    from lrmgym.learners.engine.rollout import rollout, tokenize_trajectory
     from lrmgym.policies.base import SamplingParams
 
     tasks = [trainer.env.task_at(i, seed=0) for i in range(3)]

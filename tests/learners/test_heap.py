@@ -12,7 +12,7 @@ import pytest
 _PROBE = r"""
 import json, resource, sys
 import torch
-from lrmgym.learners.common import keep_freed_memory
+from lrmgym.learners.engine.common import keep_freed_memory
 if sys.argv[1] == "keep":
     keep_freed_memory()
     keep_freed_memory()  # idempotent

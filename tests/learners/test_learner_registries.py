@@ -10,10 +10,10 @@ import torch
 from pydantic import BaseModel, ValidationError
 
 from lrmgym.compose import train
-from lrmgym.learners.advantages import GROUP_ADVANTAGES
-from lrmgym.learners.grpo import GRPOConfig
-from lrmgym.learners.losses import POLICY_LOSSES, PolicyLossOutput, policy_loss, register_policy_loss
-from lrmgym.learners.registry import FunctionRegistry, accepted_options
+from lrmgym.learners.algorithms.advantages import GROUP_ADVANTAGES
+from lrmgym.learners.algorithms.grpo import GRPOConfig
+from lrmgym.learners.algorithms.losses import POLICY_LOSSES, PolicyLossOutput, policy_loss, register_policy_loss
+from lrmgym.learners.engine.registry import FunctionRegistry, accepted_options
 
 
 def _registry() -> FunctionRegistry:
@@ -94,14 +94,14 @@ def test_grpo_config_refuses_unknown_names_on_the_command_line():
     msg = (
         "learner.adv_estimator: invalid value 'gae': unknown group advantage estimator 'gae'; known: dr_grpo, grpo, "
         "reinforce_pp, reinforce_pp_baseline, rloo. Use one of these, or register a new one with "
-        "@lrmgym.learners.advantages.register_advantage(name)."
+        "@lrmgym.learners.algorithms.advantages.register_advantage(name)."
     )
     with pytest.raises(ConfigError, match=f"^{re.escape(msg)}$"):
         resolve(["env=echo", "policy=mock", "learner.adv_estimator=gae"])
     msg = (
         "learner.pg_loss: invalid value 'ppo': unknown policy loss 'ppo'; known: cispo, gspo, ppo_clip, reinforce. "
         "Did you mean 'ppo_clip'? Use one of these, or register a new one with "
-        "@lrmgym.learners.losses.register_policy_loss(name)."
+        "@lrmgym.learners.algorithms.losses.register_policy_loss(name)."
     )
     with pytest.raises(ConfigError, match=f"^{re.escape(msg)}$"):
         resolve(["env=echo", "policy=mock", "learner.pg_loss=ppo"])

@@ -12,8 +12,8 @@ import pytest
 import torch
 from fasttrain_helpers import _model
 
-from lrmgym.learners.rollout import TokenizedTrajectory, collate
-from lrmgym.learners.update import AdapterOffReference, PolicyGradientConfig, PolicyUpdater, frozen_reference
+from lrmgym.learners.engine.rollout import TokenizedTrajectory, collate
+from lrmgym.learners.engine.update import AdapterOffReference, PolicyGradientConfig, PolicyUpdater, frozen_reference
 
 peft = pytest.importorskip("peft")
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from lrmgym.learners.losses import (
+from lrmgym.learners.algorithms.losses import (
     POLICY_LOSSES,
     aggregate,
     cispo,
@@ -282,7 +282,7 @@ def test_every_loss_at_ratio_one_has_gradient_minus_advantage(name):
 def test_unknown_policy_loss():
     msg = (
         "unknown policy loss 'ppo'; known: cispo, gspo, ppo_clip, reinforce. Did you mean 'ppo_clip'? Use one of "
-        "these, or register a new one with @lrmgym.learners.losses.register_policy_loss(name)."
+        "these, or register a new one with @lrmgym.learners.algorithms.losses.register_policy_loss(name)."
     )
     with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
         policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), kind="ppo")

@@ -16,8 +16,8 @@ from learner_helpers import register_test_env, tiny_hf_policy
 
 import lrmgym
 from lrmgym.core import Task
-from lrmgym.learners.rollout import collate, rollout, tokenize_trajectory
-from lrmgym.learners.shared_prefix import forward_logprobs
+from lrmgym.learners.engine.rollout import collate, rollout, tokenize_trajectory
+from lrmgym.learners.engine.shared_prefix import forward_logprobs
 from lrmgym.policies.base import SamplingParams, TokenContextPolicy
 from lrmgym.policies.fastdecode import LlamaDecoder
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 from learner_helpers import make_loop, register_test_env, run_config, small_grpo
 
-import lrmgym.learners.update as update_mod
-from lrmgym.learners.advantages import group_advantages, scores_to_tensors
-from lrmgym.learners.losses import kl_penalty
-from lrmgym.learners.rollout import rollout, tokenize_trajectory
+import lrmgym.learners.engine.update as update_mod
+from lrmgym.learners.algorithms.advantages import group_advantages, scores_to_tensors
+from lrmgym.learners.algorithms.losses import kl_penalty
+from lrmgym.learners.engine.rollout import rollout, tokenize_trajectory
 
 register_test_env()
 

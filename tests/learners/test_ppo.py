@@ -10,14 +10,14 @@ import torch
 from learner_helpers import make_loop, register_test_env, run_config
 from pydantic import ValidationError
 
-import lrmgym.learners.ppo as ppo_module
+import lrmgym.learners.algorithms.ppo as ppo_module
 from lrmgym.compose import train
-from lrmgym.learners.advantages import gae
-from lrmgym.learners.critic import value_loss
-from lrmgym.learners.loop import Loop
-from lrmgym.learners.losses import aggregate, policy_loss
-from lrmgym.learners.ppo import PPOConfig, explained_variance, token_rewards, whiten
-from lrmgym.learners.rollout import rollout, tokenize_trajectory
+from lrmgym.learners.algorithms.advantages import gae
+from lrmgym.learners.algorithms.critic import value_loss
+from lrmgym.learners.algorithms.losses import aggregate, policy_loss
+from lrmgym.learners.algorithms.ppo import PPOConfig, explained_variance, token_rewards, whiten
+from lrmgym.learners.engine.loop import Loop
+from lrmgym.learners.engine.rollout import rollout, tokenize_trajectory
 
 register_test_env()
 VOLATILE = ("time/", "tokens_per_s", "perf/")  # perf/*: FLOPs per second of wall time

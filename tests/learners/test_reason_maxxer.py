@@ -15,8 +15,7 @@ from pydantic import ValidationError
 
 from lrmgym.configs.resolve import resolve
 from lrmgym.core import Verdict
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.reason_maxxer import (
+from lrmgym.learners.algorithms.reason_maxxer import (
     JudgedRollout,
     ReasonMaxxer,
     ReasonMaxxerConfig,
@@ -26,6 +25,7 @@ from lrmgym.learners.reason_maxxer import (
     select_rollouts,
     write_rollouts,
 )
+from lrmgym.learners.engine.context import RunContext
 from lrmgym.registry import make
 
 register_test_env()
@@ -284,7 +284,7 @@ def test_resume_after_a_crash_ends_with_the_adapter_of_an_uninterrupted_run(tmp_
     cfg.build(straight).run()
     crashed = _ctx(tmp_path, "b")
     with pytest.raises(RuntimeError, match="simulated crash"):
-        from lrmgym.learners.loop import Loop
+        from lrmgym.learners.engine.loop import Loop
 
         Loop(crashed, cfg, _CrashAfter3(cfg)).run()
     resumed = _ctx(tmp_path, "b", policy=tiny_hf_policy(seed=0))

@@ -15,8 +15,8 @@ import yaml
 from learner_helpers import TEST_ENV_ID, register_test_env, run_config, save_tiny_hf
 
 from lrmgym.compose import train
-from lrmgym.learners.grpo import GRPOConfig
-from lrmgym.learners.loop import Loop
+from lrmgym.learners.algorithms.grpo import GRPOConfig
+from lrmgym.learners.engine.loop import Loop
 
 register_test_env()
 HERE = Path(__file__).resolve().parent

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from learner_helpers import TEST_ENV_ID, register_test_env, save_tiny_hf
 
 from lrmgym.cli.main import cli
-from lrmgym.learners.resume import check_config, ranges
-from lrmgym.learners.rundir import Checkpointer
+from lrmgym.learners.engine.resume import check_config, ranges
+from lrmgym.learners.engine.rundir import Checkpointer
 
 register_test_env()
 HERE = Path(__file__).resolve().parent

@@ -11,8 +11,8 @@ from lrmgym.compose import build_context
 from lrmgym.configs.resolve import ConfigError, resolve
 from lrmgym.core import Completion, Task, Trajectory, Turn, Verdict
 from lrmgym.episodes import Rollout
-from lrmgym.learners import loop as loop_module
-from lrmgym.learners.ring_zero import RingZeroConfig, RingZeroRL, RL1Config, RL3Config, TierConfig, with_tier
+from lrmgym.learners.algorithms.ring_zero import RingZeroConfig, RingZeroRL, RL1Config, RL3Config, TierConfig, with_tier
+from lrmgym.learners.engine import loop as loop_module
 
 BASE = ("env=math", "policy=tiny", "learner=ring_zero", "eval.tasks=6", "eval.n=1", "eval.max_new_tokens=48")
 SMALL_RL = dict(

@@ -10,8 +10,8 @@ from learner_helpers import register_test_env
 
 import lrmgym
 from lrmgym.core import Completion, Task, Trajectory, Turn
-from lrmgym.learners.losses import aggregate, policy_loss
-from lrmgym.learners.rollout import collate, extend_prompt, rollout, tokenize_trajectory
+from lrmgym.learners.algorithms.losses import aggregate, policy_loss
+from lrmgym.learners.engine.rollout import collate, extend_prompt, rollout, tokenize_trajectory
 from lrmgym.policies.base import SamplingParams
 from lrmgym.testing import ScriptedPolicy
 

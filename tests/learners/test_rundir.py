@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lrmgym.learners.rundir import (
+from lrmgym.learners.engine.rundir import (
     RUN_LOCK,
     Checkpointer,
     JsonlLog,
@@ -75,7 +75,7 @@ def test_rng_roundtrip():
 
 
 _HOLD = (
-    "import sys; from lrmgym.learners.rundir import lock_run_dir\n"
+    "import sys; from lrmgym.learners.engine.rundir import lock_run_dir\n"
     "with lock_run_dir(sys.argv[1]):\n"
     "    print('locked', flush=True); sys.stdin.read()\n"
 )

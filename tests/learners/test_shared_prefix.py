@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers
 
-from lrmgym.learners.losses import token_entropy, token_logprobs
-from lrmgym.learners.rollout import TokenizedTrajectory, collate
-from lrmgym.learners.shared_prefix import _equal_runs, forward_logprobs, prompt_groups, sharing
+from lrmgym.learners.algorithms.losses import token_entropy, token_logprobs
+from lrmgym.learners.engine.rollout import TokenizedTrajectory, collate
+from lrmgym.learners.engine.shared_prefix import _equal_runs, forward_logprobs, prompt_groups, sharing
 
 PAD = 0
 COMMON = {

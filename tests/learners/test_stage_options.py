@@ -12,10 +12,10 @@ import torch
 from lrmgym.core import Completion, Task, Trajectory, Turn, Verdict
 from lrmgym.episodes import Rollout
 from lrmgym.judges.rule import FormatJudge
-from lrmgym.learners.grpo import GRPOConfig
-from lrmgym.learners.losses import policy_loss
-from lrmgym.learners.metrics import rollout_metrics
-from lrmgym.learners.resume import may_change
+from lrmgym.learners.algorithms.grpo import GRPOConfig
+from lrmgym.learners.algorithms.losses import policy_loss
+from lrmgym.learners.engine.metrics import rollout_metrics
+from lrmgym.learners.engine.resume import may_change
 
 
 def test_an_absolute_is_cap_reaches_cispo_through_policy_loss():

@@ -9,9 +9,9 @@ import torch
 from learner_helpers import make_loop, register_test_env, run_config, small_grpo
 
 from lrmgym.compose import train
-from lrmgym.learners.advantages import group_advantages, scores_to_tensors
-from lrmgym.learners.rollout import collate, collate_advantages, rollout, tokenize_trajectory
-from lrmgym.learners.shared_prefix import prompt_groups
+from lrmgym.learners.algorithms.advantages import group_advantages, scores_to_tensors
+from lrmgym.learners.engine.rollout import collate, collate_advantages, rollout, tokenize_trajectory
+from lrmgym.learners.engine.shared_prefix import prompt_groups
 
 register_test_env()
 
@@ -248,7 +248,7 @@ def test_an_error_in_an_update_thread_surfaces_and_restores_torch_threads(tmp_pa
 def test_update_threads_refuse_a_policy_off_the_cpu():
     from learner_helpers import tiny_hf_policy
 
-    from lrmgym.learners.update import PolicyUpdater
+    from lrmgym.learners.engine.update import PolicyUpdater
 
     policy = tiny_hf_policy()
     policy.model.to("meta")  # any device that is not the CPU

@@ -9,7 +9,7 @@ import torch
 import transformers
 from fasttrain_helpers import IDS, MODELS, _close, _grads, _model, _right_padded
 
-from lrmgym.learners.shared_prefix import _worth_sharing, forward_logprobs, prompt_groups
+from lrmgym.learners.engine.shared_prefix import _worth_sharing, forward_logprobs, prompt_groups
 from lrmgym.policies.fasttrain import LlamaTrainer, _Normalize, causal_lm_logits, compile_unavailable, right_padded
 
 ROWS = [[3, 4, 0, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15], [16]]  # a token 0 inside a row too
@@ -148,8 +148,8 @@ def test_left_padded_rows_take_model_forward():
 
 def _one_update(**options) -> tuple[dict, dict[str, torch.Tensor]]:
     """One PolicyUpdater step on a small llama with the given update options: its statistics and new parameters."""
-    from lrmgym.learners.rollout import TokenizedTrajectory
-    from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater
+    from lrmgym.learners.engine.rollout import TokenizedTrajectory
+    from lrmgym.learners.engine.update import PolicyGradientConfig, PolicyUpdater
 
     class Policy:
         def __init__(self, model):
@@ -190,7 +190,7 @@ def test_the_compiled_update_is_the_same():
 def test_compile_needs_the_lean_forward_and_a_compiler(monkeypatch):
     from pydantic import ValidationError
 
-    from lrmgym.learners.update import PolicyGradientConfig
+    from lrmgym.learners.engine.update import PolicyGradientConfig
 
     with pytest.raises(ValidationError, match="lean_forward=false turns off; set lean_forward=true or compile=false"):
         PolicyGradientConfig(compile=True, lean_forward=False)

@@ -14,8 +14,8 @@ import torch
 import transformers
 from fasttrain_helpers import IDS, MODELS, _close, _grads, _model, _right_padded
 
-from lrmgym.learners.losses import token_logprobs
-from lrmgym.learners.shared_prefix import forward_logprobs
+from lrmgym.learners.algorithms.losses import token_logprobs
+from lrmgym.learners.engine.shared_prefix import forward_logprobs
 from lrmgym.policies import fasttrain
 from lrmgym.policies.fasttrain import LlamaTrainer, head_logprobs
 

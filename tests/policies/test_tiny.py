@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 from safetensors.torch import load_file
 
-from lrmgym.learners.sft import build_tiny, env_examples
+from lrmgym.learners.algorithms.sft import build_tiny, env_examples
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.hf import HFPolicy
 from lrmgym.policies.tiny import (
@@ -107,7 +107,7 @@ def test_the_composition_root_builds_a_missing_model(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from lrmgym.compose import build_policy
-    from lrmgym.learners import sft
+    from lrmgym.learners.algorithms import sft
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cfg = TinyPolicyConfig(**SMALL, seed=3)
@@ -164,7 +164,7 @@ def test_default_build_is_at_the_edge_of_competence(monkeypatch, tmp_path):
 
 
 def test_the_default_model_ships_with_the_package(monkeypatch, tmp_path):
-    from lrmgym.learners import sft
+    from lrmgym.learners.algorithms import sft
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     facts = json.loads((SHIPPED_DIR / "build.json").read_text())
@@ -248,7 +248,7 @@ def test_a_device_this_machine_lacks_is_refused_before_a_missing_model_is_built(
     from types import SimpleNamespace
 
     from lrmgym.compose import build_policy
-    from lrmgym.learners import sft
+    from lrmgym.learners.algorithms import sft
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(torch.version, "cuda", None)

@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 
 def _tiny_folder(tmp_path: Path) -> Path:
-    from lrmgym.learners.sft import build_tiny
+    from lrmgym.learners.algorithms.sft import build_tiny
     from lrmgym.policies.tiny import TinyPolicyConfig
 
     default = TinyPolicyConfig()

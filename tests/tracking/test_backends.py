@@ -23,7 +23,7 @@ from tracking_helpers import (
     write_config,
 )
 
-from lrmgym.learners.rundir import Checkpointer
+from lrmgym.learners.engine.rundir import Checkpointer
 from lrmgym.tracking import Trackers
 
 REWARD = "reward/mean"

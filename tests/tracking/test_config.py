@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from lrmgym.cli.main import cli
 from lrmgym.configs.resolve import resolve
-from lrmgym.learners.resume import check_config, may_change
+from lrmgym.learners.engine.resume import check_config, may_change
 
 BASE = ["env=echo", "policy=mock"]
 

@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.loop import Algorithm, Loop, LoopConfig, StepResult
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Algorithm, Loop, LoopConfig, StepResult
 from lrmgym.tracking.base import BACKENDS
 
 

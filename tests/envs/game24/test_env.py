@@ -409,7 +409,7 @@ def test_preset_file(shared_data):  # the preset's held-out split reads the ToT 
 
 def test_grpo_rollout_drives_a_steps_episode_through_score_group_and_feedback():
     """The learner's rollout keeps no env state; the cumulative-steps protocol makes its episodes right."""
-    from lrmgym.learners.rollout import rollout
+    from lrmgym.learners.engine.rollout import rollout
     from lrmgym.policies.base import SamplingParams
     from lrmgym.testing import ScriptedPolicy
 

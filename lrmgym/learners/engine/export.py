@@ -2,11 +2,11 @@
 
 What a run logs: ``samples.jsonl`` of ``lrmgym run`` holds, for every training step, the first
 ``learner.log_samples`` groups of the step's rollout (default 2; see
-:func:`lrmgym.learners.metrics.sample_records`), each with all its trajectories, their turns, rewards,
+:func:`lrmgym.learners.engine.metrics.sample_records`), each with all its trajectories, their turns, rewards,
 advantages and verdicts. To log every rollout, run with ``learner.log_samples=<learner.prompts_per_step>``.
 Token ids are not logged, so ``prompt_token_ids`` and ``token_ids`` are ``null`` (a reader re-tokenises).
 
-One row per rollout, a :class:`~lrmgym.learners.traces.JudgedRollout` line (:data:`TRACE_FIELDS`, in this
+One row per rollout, a :class:`~lrmgym.learners.engine.traces.JudgedRollout` line (:data:`TRACE_FIELDS`, in this
 order, so the file is ``learner=reason_maxxer``'s ``rollouts_from`` input)::
 
     {"task_id": str, "prompt": str | [chat messages], "completion": str, "prompt_token_ids": [int] | null,
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lrmgym.files import atomic_write_text
-from lrmgym.learners.traces import TRACE_FIELDS
+from lrmgym.learners.engine.traces import TRACE_FIELDS
 
 __all__ = [
     "SKIP_REASONS",

@@ -176,7 +176,7 @@ def trajectory_generate_flops(shape: LlamaShape, policy_mask: Iterable[bool]) ->
     Args:
         shape: The model.
         policy_mask: Per token of the trajectory, whether the policy sampled it
-            (:class:`~lrmgym.learners.rollout.TokenizedTrajectory`'s ``policy_mask``). Each policy turn counts a
+            (:class:`~lrmgym.learners.engine.rollout.TokenizedTrajectory`'s ``policy_mask``). Each policy turn counts a
             prefill of its whole context, as a sampler that keeps no cache between turns computes it.
 
     Returns:
@@ -205,7 +205,8 @@ def achieved_rates(metrics: dict[str, Any]) -> dict[str, float]:
         ``perf/update_gflops_s`` (forward + backward FLOPs of the update / its seconds) and
         ``perf/step_gflops_s`` (those plus the sampling's FLOPs / the step's seconds), each where its inputs are
         present and its time positive; empty for a learner that counts no FLOPs. Where the update also logs
-        ``compute/executed_flops_*`` (what its kernels ran, :func:`lrmgym.learners.shared_prefix.executed_flops`),
+        ``compute/executed_flops_*`` (what its kernels ran,
+        :func:`lrmgym.learners.engine.shared_prefix.executed_flops`),
         ``perf/update_executed_gflops_s``, the hardware rate of the update.
     """
     update = [metrics.get(k) for k in ("compute/flops_forward", "compute/flops_backward")]

@@ -14,9 +14,9 @@ Here:
   :attr:`SDConfig.prune_prompt`. A pruned text is untrusted model output: it is only tokenized and graded by
   the env, and it replaces the original only when it is strictly shorter and still verifies (correct, format
   not broken). Everything else keeps the original, with the reason counted in the :class:`CorpusReport`.
-- :class:`SelfDistill` is the stage's :class:`~lrmgym.learners.loop.Algorithm`: seeded shuffled minibatches,
-  one :class:`~lrmgym.learners.sft.MaskedCE` step each (the masked cross-entropy ``lrmgym tiny build`` trains
-  with). The loop around it (checkpoints, resume, evaluation) is :mod:`lrmgym.learners.loop`.
+- :class:`SelfDistill` is the stage's :class:`~lrmgym.learners.engine.loop.Algorithm`: seeded shuffled minibatches,
+  one :class:`~lrmgym.learners.algorithms.sft.MaskedCE` step each (the masked cross-entropy ``lrmgym tiny build`` trains
+  with). The loop around it (checkpoints, resume, evaluation) is :mod:`lrmgym.learners.engine.loop`.
 
 The self-evaluation prompt and the pruning model are not recovered from the paper; the default prompt is ours
 and ``prune="self"`` (the RL-1 model) is our reading.
@@ -42,9 +42,9 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from lrmgym.core import Completion, Prompt, learner_env
 from lrmgym.files import atomic_write_text
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.loop import Algorithm, Loop, LoopConfig, StepResult
-from lrmgym.learners.sft import MaskedCE, collate_masked_ce, cosine_lr_factor, with_eos
+from lrmgym.learners.algorithms.sft import MaskedCE, collate_masked_ce, cosine_lr_factor, with_eos
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Algorithm, Loop, LoopConfig, StepResult
 
 __all__ = [
     "DEFAULT_PRUNE_PROMPT",
@@ -167,7 +167,7 @@ def read_traces(path: str | Path) -> list[Trace]:
             except ValueError as err:
                 raise ValueError(
                     f"{path}, line {number}: not a trace: {err}. The file is written by "
-                    "lrmgym.learners.distill.write_traces; was it cut short or edited?"
+                    "lrmgym.learners.algorithms.distill.write_traces; was it cut short or edited?"
                 ) from None
     return traces
 
@@ -458,10 +458,10 @@ class SelfDistill(Algorithm):
         self._order: tuple[int, list[int]] | None = None  # (epoch, its permutation)
 
     def setup(self) -> None:
-        """Build the :class:`~lrmgym.learners.sft.MaskedCE` trainer on the policy's model."""
+        """Build the :class:`~lrmgym.learners.algorithms.sft.MaskedCE` trainer on the policy's model."""
         import torch
 
-        from lrmgym.learners.common import check_trainable
+        from lrmgym.learners.engine.common import check_trainable
 
         steps = self.loop.cfg.steps
         if steps is None:
@@ -483,7 +483,7 @@ class SelfDistill(Algorithm):
 
     def batch(self, step: int) -> Corpus:
         """The corpus pairs step ``step`` (0-based) trains on."""
-        from lrmgym.learners.common import derived_seed
+        from lrmgym.learners.engine.common import derived_seed
 
         epoch, index = divmod(step, self.batches_per_epoch)
         if self._order is None or self._order[0] != epoch:

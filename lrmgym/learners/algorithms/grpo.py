@@ -8,9 +8,9 @@ One step::
       -> group-relative advantages (ungradeable samples masked; zero-variance groups counted)
       -> epochs x minibatches of clipped policy-gradient updates on the policy's tokens only
 
-The run around the steps (resume, budgets, evaluation, checkpoints, logs) is :mod:`lrmgym.learners.loop`; the
-update is :mod:`lrmgym.learners.update`; the formulas are :mod:`lrmgym.learners.losses` and
-:mod:`lrmgym.learners.advantages`. References: GRPO (DeepSeekMath, https://arxiv.org/abs/2402.03300), DAPO
+The run around the steps (resume, budgets, evaluation, checkpoints, logs) is :mod:`lrmgym.learners.engine.loop`; the
+update is :mod:`lrmgym.learners.engine.update`; the formulas are :mod:`lrmgym.learners.algorithms.losses` and
+:mod:`lrmgym.learners.algorithms.advantages`. References: GRPO (DeepSeekMath, https://arxiv.org/abs/2402.03300), DAPO
 (https://arxiv.org/abs/2503.14476), Dr. GRPO (https://arxiv.org/abs/2503.20783). The same code trains any
 transformers causal LM that a :class:`~lrmgym.policies.base.TrainablePolicy` wraps, on CPU or GPU.
 """
@@ -22,12 +22,12 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
-from lrmgym.learners.advantages import AdvantageName, GroupAdvantages, group_advantages, scores_to_tensors
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.loop import Loop, StepResult
-from lrmgym.learners.metrics import rollout_metrics, sample_records
-from lrmgym.learners.onpolicy import OnPolicy, RolloutConfig
-from lrmgym.learners.rollout import tokenize_trajectory
+from lrmgym.learners.algorithms.advantages import AdvantageName, GroupAdvantages, group_advantages, scores_to_tensors
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Loop, StepResult
+from lrmgym.learners.engine.metrics import rollout_metrics, sample_records
+from lrmgym.learners.engine.onpolicy import OnPolicy, RolloutConfig
+from lrmgym.learners.engine.rollout import tokenize_trajectory
 
 __all__ = ["GRPO", "Fit", "GRPOConfig"]
 
@@ -38,7 +38,7 @@ class GRPOConfig(RolloutConfig):
     kind: Literal["grpo"] = "grpo"
     """The learner kind."""
     adv_estimator: AdvantageName = "grpo"
-    """Group advantages, a name in lrmgym.learners.advantages: grpo ((r-mean)/std), dr_grpo (r-mean), rloo
+    """Group advantages, a name in lrmgym.learners.algorithms.advantages: grpo ((r-mean)/std), dr_grpo (r-mean), rloo
     (leave-one-out), reinforce_pp (r whitened over the batch) or reinforce_pp_baseline (r-mean, then whitened
     over the batch)."""
     drop_zero_advantage: bool = True

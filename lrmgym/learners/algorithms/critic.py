@@ -1,6 +1,7 @@
 """PPO's critic: a value function over token batches, and PPO's clipped value loss.
 
-Values are laid out like log-probs (:mod:`lrmgym.learners.losses`): ``values[n, t]`` is the value of the prefix
+Values are laid out like log-probs (:mod:`lrmgym.learners.algorithms.losses`): ``values[n, t]`` is the value of
+the prefix
 ``ids[n, :t + 1]``, the state in which the policy writes target token ``t + 1``; it is read where
 ``loss_mask[n, t]`` is set (the policy's tokens) and nowhere else.
 
@@ -28,8 +29,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from lrmgym.learners.rollout import TokenBatch
-from lrmgym.learners.update import adamw
+from lrmgym.learners.engine.rollout import TokenBatch
+from lrmgym.learners.engine.update import adamw
 
 __all__ = ["Critic", "CriticKind", "value_loss"]
 

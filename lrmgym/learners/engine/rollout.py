@@ -204,7 +204,7 @@ def collate(seqs: Sequence[TokenizedTrajectory], advantages: Sequence[float], pa
 def collate_advantages(
     seqs: Sequence[Any], advantages: Sequence[float] | Sequence[Sequence[float]], pad_id: int
 ) -> TokenBatch:
-    """:func:`~lrmgym.learners.rollout.collate`, where the advantages may also be given per token.
+    """:func:`~lrmgym.learners.engine.rollout.collate`, where the advantages may also be given per token.
 
     One float per trajectory gives ``batch.advantages [N]`` (collate's own). A list per trajectory, as long as its
     ``ids``, gives ``batch.advantages [N, T - 1]`` aligned to the target tokens like ``loss_mask`` (entry ``t``

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from lrmgym.learners.flops import LlamaShape, chunk_flops
-from lrmgym.learners.losses import token_entropy, token_logprobs
+from lrmgym.learners.algorithms.losses import token_entropy, token_logprobs
+from lrmgym.learners.engine.flops import LlamaShape, chunk_flops
 from lrmgym.policies.fasttrain import LlamaTrainer, chunked_model_logprobs, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
 
@@ -93,7 +93,7 @@ def executed_flops(
 
     What the kernels compute, padding included: a plain pass of ``[N, T]`` rows, or the distinct prompts
     (``[U, P]``, logits at their last position) and then ``[N, C]`` continuations after a ``P``-slot cache. The
-    counts of :mod:`lrmgym.learners.flops` (``compute/flops_*``) are a plain trainer's instead: every row its own
+    counts of :mod:`lrmgym.learners.engine.flops` (``compute/flops_*``) are a plain trainer's instead: every row its own
     prompt, no padding. Exact for the lean forward (``tests/learners/test_flops.py`` checks it against torch's
     FlopCounterMode); through ``model.forward`` (a model the lean forward does not take) an estimate, since its
     attention kernels and where it computes logits differ (4 % on the test's tiny model). Backward: twice this.
@@ -144,7 +144,7 @@ def forward_logprobs(
 
     Returns:
         ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
-        :func:`~lrmgym.learners.losses.token_logprobs`: entry ``t`` scores token ``t + 1``. Entries inside a
+        :func:`~lrmgym.learners.algorithms.losses.token_logprobs`: entry ``t`` scores token ``t + 1``. Entries inside a
         row's prompt (targets ``1 .. prompt_len - 1``) are 0 here; only targets from the first policy token on
         are computed.
     """

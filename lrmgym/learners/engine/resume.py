@@ -10,7 +10,7 @@ refused with its reason or repaired with a message:
   figures were measured with) would continue the checkpoint as a different experiment: refused, naming the
   keys, old and new values.
 - **The checkpoint.** The newest that loads is used; one that does not is moved aside
-  (:meth:`~lrmgym.learners.rundir.Checkpointer.load_latest`); temporary files of interrupted writes are deleted.
+  (:meth:`~lrmgym.learners.engine.rundir.Checkpointer.load_latest`); temporary files of interrupted writes are deleted.
 - **The metrics log.** Every step up to the checkpoint's must have exactly one line. Duplicates are dropped.
   Missing lines (a file cut short or edited) cannot be rebuilt: the run goes back to the newest checkpoint
   before the first missing step, so every step is logged once; where there is none, it continues, says so and
@@ -66,7 +66,7 @@ MAY_CHANGE = (
 )
 """Keys a resumed run may change: how long it runs and what it writes or logs to (``run.report_to``), never what it
 trains. A staged learner's stage options may change the same way (``learner.rl1.steps``), and its stage list may
-grow: the staged run refuses a list that no longer matches the stages it ran (lrmgym/learners/staged.py)."""
+grow: the staged run refuses a list that no longer matches the stages it ran (lrmgym/learners/engine/staged.py)."""
 
 
 def may_change(key: str) -> bool:

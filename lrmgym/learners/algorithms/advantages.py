@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from lrmgym.learners.registry import FunctionRegistry, accepted_options
+from lrmgym.learners.engine.registry import FunctionRegistry, accepted_options
 
 __all__ = [
     "GROUP_ADVANTAGES",
@@ -81,11 +81,11 @@ TokenAdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 """``fn(rewards [N, T], values [N, T + 1] or [N, T], mask [N, T], **params) -> (advantages, returns)``."""
 
 GROUP_ADVANTAGES: FunctionRegistry[GroupAdvantageFn] = FunctionRegistry(
-    "group advantage estimator", "lrmgym.learners.advantages.register_advantage"
+    "group advantage estimator", "lrmgym.learners.algorithms.advantages.register_advantage"
 )
 """The registered group advantage estimators by name."""
 TOKEN_ADVANTAGES: FunctionRegistry[TokenAdvantageFn] = FunctionRegistry(
-    "token advantage estimator", "lrmgym.learners.advantages.register_token_advantage"
+    "token advantage estimator", "lrmgym.learners.algorithms.advantages.register_token_advantage"
 )
 """The registered per-token (critic-based) advantage estimators by name."""
 register_advantage = GROUP_ADVANTAGES.register

@@ -2,7 +2,7 @@
 
 :class:`RolloutConfig` holds the rollout's options (tasks and samples per step, the token budget, sampling,
 turns, async rollouts) and their checks; :class:`OnPolicy` is the algorithm's frame around them: the setup
-(threads, the policy check, the :class:`~lrmgym.learners.update.PolicyUpdater`, the rollout worker), the step's
+(threads, the policy check, the :class:`~lrmgym.learners.engine.update.PolicyUpdater`, the rollout worker), the step's
 groups from the training stream (sampled here, or collected from the async worker), the checkpointed state,
 the progress bar and shutdown. A learner subclasses both and writes its ``train_step``.
 """
@@ -16,10 +16,10 @@ import torch
 from pydantic import Field, model_validator
 
 from lrmgym.episodes import Rollout, rollout
-from lrmgym.learners.common import check_trainable, derived_seed, usable_cpus
-from lrmgym.learners.loop import Algorithm
-from lrmgym.learners.rollout import env_attr
-from lrmgym.learners.update import PolicyGradientConfig, PolicyUpdater
+from lrmgym.learners.engine.common import check_trainable, derived_seed, usable_cpus
+from lrmgym.learners.engine.loop import Algorithm
+from lrmgym.learners.engine.rollout import env_attr
+from lrmgym.learners.engine.update import PolicyGradientConfig, PolicyUpdater
 from lrmgym.policies.base import SamplingParams
 
 __all__ = ["OnPolicy", "RolloutConfig"]
@@ -55,7 +55,7 @@ class RolloutConfig(PolicyGradientConfig):
     async_rollouts: bool = False
     """Sample and grade the next step's rollouts in a second process while this step trains (one step of policy
     lag; the ratio then uses the sampler's log-probs). Pays off with a spare CPU core; the env must be makeable
-    by id in a fresh interpreter. See lrmgym/learners/async_rollout.py."""
+    by id in a fresh interpreter. See lrmgym/learners/engine/async_rollout.py."""
     async_stall_s: float = Field(60.0, gt=0.0, le=86_400.0)
     """With async_rollouts: give up on a rollout worker that shows no sign of life (its heartbeat) for this many
     seconds, e.g. stopped by SIGSTOP or Ctrl-Z; the run then stops with the resume command. Counts heartbeats, not
@@ -144,7 +144,7 @@ class OnPolicy(Algorithm):
             )
             self.cfg = cfg = cfg.model_copy(update={"async_rollouts": False})
         if cfg.async_rollouts:
-            from lrmgym.learners.async_rollout import RolloutWorker
+            from lrmgym.learners.engine.async_rollout import RolloutWorker
 
             self.worker = RolloutWorker.for_context(ctx, threads=cfg.torch_threads, stall_s=cfg.async_stall_s)
 

@@ -29,7 +29,8 @@ class FunctionRegistry(Mapping[str, F], Generic[F]):
 
     Args:
         what: What the functions are, for messages (``"policy loss"``).
-        decorator: The public name of :meth:`register` users call (``"lrmgym.learners.losses.register_policy_loss"``).
+        decorator: The public name of :meth:`register` users call
+        (``"lrmgym.learners.algorithms.losses.register_policy_loss"``).
     """
 
     def __init__(self, what: str, decorator: str) -> None:

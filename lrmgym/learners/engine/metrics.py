@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from lrmgym.core import Trajectory
-from lrmgym.learners.flops import LlamaShape, trajectory_generate_flops
-from lrmgym.learners.rollout import Rollout, TokenizedTrajectory, env_attr
+from lrmgym.learners.engine.flops import LlamaShape, trajectory_generate_flops
+from lrmgym.learners.engine.rollout import Rollout, TokenizedTrajectory, env_attr
 
 __all__ = ["rollout_metrics", "sample_records"]
 
@@ -37,9 +37,9 @@ def rollout_metrics(
         env: The env (its ``pop_metrics()``, when it has one, adds ``judge/*`` keys).
         judge_metrics: The judges' metrics of this rollout when another process graded it (async rollouts);
             they replace the env's own (which then judged nothing).
-        shape: The policy's model shape (:class:`~lrmgym.learners.flops.LlamaShape`): adds
+        shape: The policy's model shape (:class:`~lrmgym.learners.engine.flops.LlamaShape`): adds
             ``compute/flops_generate``, the sampling's matmul FLOPs as a plain sampler computes them (model FLOPs,
-            see :mod:`lrmgym.learners.flops`); None (a model that module does not count) leaves it out.
+            see :mod:`lrmgym.learners.engine.flops`); None (a model that module does not count) leaves it out.
 
     ``generations`` counts the completions sampled (every policy turn of every trajectory): the step's sampling
     cost, summed by the loop's ``generation_budget``. ``all_failed_frac`` is the share of groups none of whose

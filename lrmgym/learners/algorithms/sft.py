@@ -4,7 +4,7 @@ One implementation of "train on (prompt, target) pairs, the loss on the target t
 every place that needs it: :class:`MaskedCE` is the optimizer step (AdamW, clipped gradient, a per-step
 learning-rate schedule) over the batches :func:`masked_ce_id_batches` makes. ``lrmgym tiny build`` loops it over
 the math env's worked solutions (:func:`train_masked_ce`, :func:`build_tiny`), and Ring-Zero's
-self-distillation stage (:mod:`lrmgym.learners.distill`) steps it under the run loop on a base model's
+self-distillation stage (:mod:`lrmgym.learners.algorithms.distill`) steps it under the run loop on a base model's
 shortest correct traces.
 
 The tiny model's *shape* (tokenizer, architecture, cache key, loading) is :mod:`lrmgym.policies.tiny`; this
@@ -175,7 +175,7 @@ class MaskedCE:
         betas: AdamW betas.
         weight_decay: AdamW weight decay.
         max_grad_norm: Clip the gradient's global norm to this; ``None``: no clipping (the norm is still reported).
-        fused: Use torch's fused AdamW kernel where there is one (:func:`lrmgym.learners.common.adamw`). Its
+        fused: Use torch's fused AdamW kernel where there is one (:func:`lrmgym.learners.engine.common.adamw`). Its
             updates differ from the per-tensor loop's in the last bits, so the tiny build keeps the loop.
     """
 
@@ -191,7 +191,7 @@ class MaskedCE:
     ) -> None:
         import torch
 
-        from lrmgym.learners.common import adamw
+        from lrmgym.learners.engine.common import adamw
 
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -312,7 +312,7 @@ def build_tiny(
     """
     import torch
 
-    from lrmgym.learners.common import intra_op_threads  # torch-importing, like torch here: on first use
+    from lrmgym.learners.engine.common import intra_op_threads  # torch-importing, like torch here: on first use
 
     folder = cfg.cache_dir()
     if (folder / "build.json").is_file() and not force:

@@ -1,7 +1,7 @@
 """Staged runs: learners one after another in one run directory, each starting from the weights the last left.
 
 A pipeline such as Ring-Zero (RL-1 -> self-distillation -> RL-2 -> RL-3) is a list of :class:`Stage` objects.
-Each stage builds an ordinary :class:`~lrmgym.learners.loop.Loop` over a context whose run directory is the
+Each stage builds an ordinary :class:`~lrmgym.learners.engine.loop.Loop` over a context whose run directory is the
 stage's own folder, so every stage gets the loop's logs, checkpoints, budgets, SIGTERM handling and resume::
 
     run_dir/summary.json              the whole run: one entry per stage, before (first) and after (last)
@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import torch
 
-from lrmgym.learners.common import derived_seed
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.rundir import Checkpointer, atomic_torch_save, atomic_write_json, lock_run_dir
+from lrmgym.learners.engine.common import derived_seed
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.rundir import Checkpointer, atomic_torch_save, atomic_write_json, lock_run_dir
 
 __all__ = ["Stage", "StageRecord", "StagedRun", "newest_checkpoint"]
 

@@ -49,13 +49,13 @@ import torch
 from pydantic import Field, model_validator
 
 from lrmgym.core import Trajectory
-from lrmgym.learners.advantages import GroupAdvantages, group_advantages, scores_to_tensors
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.grpo import GRPO, Fit, GRPOConfig
-from lrmgym.learners.loop import Loop, StepResult
-from lrmgym.learners.losses import LossAgg
-from lrmgym.learners.rollout import Rollout, rollout
-from lrmgym.learners.update import derived_seed
+from lrmgym.learners.algorithms.advantages import GroupAdvantages, group_advantages, scores_to_tensors
+from lrmgym.learners.algorithms.grpo import GRPO, Fit, GRPOConfig
+from lrmgym.learners.algorithms.losses import LossAgg
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Loop, StepResult
+from lrmgym.learners.engine.rollout import Rollout, rollout
+from lrmgym.learners.engine.update import derived_seed
 
 __all__ = ["DAPO", "DAPOConfig"]
 

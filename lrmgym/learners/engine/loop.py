@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from lrmgym.learners.common import keep_freed_memory
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.flops import achieved_rates
-from lrmgym.learners.resume import checkpoint_with_log, clean_temps
-from lrmgym.learners.rundir import (
+from lrmgym.learners.engine.common import keep_freed_memory
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.flops import achieved_rates
+from lrmgym.learners.engine.resume import checkpoint_with_log, clean_temps
+from lrmgym.learners.engine.rundir import (
     Checkpointer,
     JsonlLog,
     atomic_write_json,
@@ -286,12 +286,12 @@ class Loop:
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Run (or continue) training; returns the summary.
 
-        The run directory is locked for the whole run (:func:`~lrmgym.learners.rundir.lock_run_dir`):
-        :class:`~lrmgym.learners.rundir.RunDirLocked` when another process trains in it.
+        The run directory is locked for the whole run (:func:`~lrmgym.learners.engine.rundir.lock_run_dir`):
+        :class:`~lrmgym.learners.engine.rundir.RunDirLocked` when another process trains in it.
         """
         with lock_run_dir(self.run_dir):
             status = "failed"
-            keep_freed_memory()  # page-fault-free reuse of activations on CPU (lrmgym.learners.common)
+            keep_freed_memory()  # page-fault-free reuse of activations on CPU (lrmgym.learners.engine.common)
             self.setup()
             try:
                 summary = self._run(resume)

@@ -19,7 +19,7 @@ judged traces (``rollouts_from``, :class:`JudgedRollout` per line), with Bradley
 signal (``advantage=strength``). The frozen base is the policy's own model with the adapter disabled
 (``peft``'s ``disable_adapter``): no second copy of the weights. At the end the adapter is saved to
 ``run_dir/adapter/`` (and with ``merge``, the merged model to ``run_dir/merged/``). The run around the steps
-(evaluation before/after, checkpoints, resume, SIGTERM) is :mod:`lrmgym.learners.loop`.
+(evaluation before/after, checkpoints, resume, SIGTERM) is :mod:`lrmgym.learners.engine.loop`.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from pydantic import Field, field_validator, model_validator
 
 from lrmgym.core import learner_env
 from lrmgym.episodes import rollout
-from lrmgym.learners.common import adamw, check_adam_betas, check_trainable, derived_seed
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.loop import Algorithm, Loop, LoopConfig, StepResult
-from lrmgym.learners.losses import token_entropy, token_logprobs
-from lrmgym.learners.onpolicy import _INIT, _TRAIN_STREAM
-from lrmgym.learners.rundir import atomic_torch_save, atomic_write_json
-from lrmgym.learners.traces import JudgedRollout, read_rollouts, write_rollouts
+from lrmgym.learners.algorithms.losses import token_entropy, token_logprobs
+from lrmgym.learners.engine.common import adamw, check_adam_betas, check_trainable, derived_seed
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Algorithm, Loop, LoopConfig, StepResult
+from lrmgym.learners.engine.onpolicy import _INIT, _TRAIN_STREAM
+from lrmgym.learners.engine.rundir import atomic_torch_save, atomic_write_json
+from lrmgym.learners.engine.traces import JudgedRollout, read_rollouts, write_rollouts
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.fasttrain import causal_lm_logits
 

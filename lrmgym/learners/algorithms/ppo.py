@@ -7,14 +7,15 @@ One step::
       -> env.score_group per task and turn: each trajectory's reward
       -> per-token rewards: the trajectory's reward on its last policy token, minus
          kl_reward_coef * (log pi_old - log pi_ref) on every policy token (InstructGPT's KL shaping; off by default)
-      -> values V_t of the critic on the same tokens (lrmgym/learners/critic.py), read on the policy's tokens only
+      -> values V_t of the critic on the same tokens (lrmgym/learners/algorithms/critic.py), read on the
+      policy's tokens only
       -> GAE(gamma, lambda) over the policy's tokens (env feedback between turns is skipped, not discounted),
          advantages whitened over the batch's policy tokens
       -> epochs x minibatches of the clipped value loss (the critic), and, once critic_warmup_steps have passed,
          of the clipped policy loss with one advantage per token (the PolicyUpdater GRPO uses)
 
 Ungradeable trajectories (reward None) have no return to learn from: neither the critic nor the policy trains
-on them. The run around the steps is :mod:`lrmgym.learners.loop`. References: PPO (Schulman et al. 2017,
+on them. The run around the steps is :mod:`lrmgym.learners.engine.loop`. References: PPO (Schulman et al. 2017,
 https://arxiv.org/abs/1707.06347), GAE (Schulman et al. 2016, https://arxiv.org/abs/1506.02438), the per-token
 KL reward of InstructGPT (Ouyang et al. 2022, https://arxiv.org/abs/2203.02155).
 """
@@ -27,14 +28,14 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from lrmgym.learners.advantages import gae, group_advantages, scores_to_tensors
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.critic import Critic, CriticKind
-from lrmgym.learners.loop import Loop, StepResult
-from lrmgym.learners.metrics import rollout_metrics, sample_records
-from lrmgym.learners.onpolicy import OnPolicy, RolloutConfig
-from lrmgym.learners.rollout import collate, tokenize_trajectory
-from lrmgym.learners.update import AdapterOffReference, frozen_reference
+from lrmgym.learners.algorithms.advantages import gae, group_advantages, scores_to_tensors
+from lrmgym.learners.algorithms.critic import Critic, CriticKind
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Loop, StepResult
+from lrmgym.learners.engine.metrics import rollout_metrics, sample_records
+from lrmgym.learners.engine.onpolicy import OnPolicy, RolloutConfig
+from lrmgym.learners.engine.rollout import collate, tokenize_trajectory
+from lrmgym.learners.engine.update import AdapterOffReference, frozen_reference
 
 __all__ = ["PPO", "PPOConfig", "explained_variance", "token_rewards", "whiten"]
 
@@ -56,7 +57,7 @@ class PPOConfig(RolloutConfig):
     critic: CriticKind = "head"
     """head: a linear value head on the policy's last hidden state, taken without gradient, so the value loss trains
     the head only and never the policy's weights; model: a separate copy of the policy's transformer with a value
-    head, trained end to end (about twice the update's compute). See lrmgym/learners/critic.py."""
+    head, trained end to end (about twice the update's compute). See lrmgym/learners/algorithms/critic.py."""
     critic_lr: float = Field(1e-2, gt=0.0, le=1.0)
     """The critic's own AdamW learning rate (constant). The critic's loss has its own optimizer, so this, not a
     weight on the value loss beside the policy loss (PPO's c1), sets how fast it learns."""

@@ -52,8 +52,8 @@ from typing import Any
 import torch
 
 from lrmgym.core import Task
-from lrmgym.learners.common import keep_freed_memory
-from lrmgym.learners.rollout import Rollout, rollout
+from lrmgym.learners.engine.common import keep_freed_memory
+from lrmgym.learners.engine.rollout import Rollout, rollout
 from lrmgym.policies.base import SamplingParams
 
 __all__ = ["RolloutWorker", "RolloutWorkerError", "RolloutWorkerLost"]

@@ -1,6 +1,6 @@
 """Ring-Zero: the staged zero-RL learner (``learner=ring_zero``; papers.md section 3).
 
-Four stages, run in order in one run directory by :class:`~lrmgym.learners.staged.StagedRun`::
+Four stages, run in order in one run directory by :class:`~lrmgym.learners.engine.staged.StagedRun`::
 
     rl1  clipped-IS policy gradient from the base model: the weight sg(min(rho, 5.0)) on every token (no lower
          clip, no token loses its gradient), rho = trainer / sampler log-prob (the ratio correction), one mean
@@ -8,14 +8,14 @@ Four stages, run in order in one run directory by :class:`~lrmgym.learners.stage
          format B, and a response window that doubles every M steps
     sd   self-distillation: the shortest correct trace per problem from the RL stages' rollouts, optionally
          pruned by a policy (kept only if it still verifies), then supervised fine-tuning of the *base* model
-         (lrmgym/learners/distill.py, on the masked-CE code `lrmgym tiny build` uses)
+         (lrmgym/learners/algorithms/distill.py, on the masked-CE code `lrmgym tiny build` uses)
     rl2  as rl1 with the sample-level loss (each trace's mean, then the mean over traces) and no KL
     rl3  as rl2 with tiers: each task gets a system prompt and a token cap by the length of its shortest correct
          solution seen so far; evaluated per tier at the end
 
 Stages are config: ``learner.stages=[rl1,sd]`` runs only those, ``learner.rl1.steps=200`` sets one stage's
 option (every stage's options are its config class's fields, listed by ``lrmgym config show
-learner=ring_zero``). Each RL stage is the GRPO learner (:mod:`lrmgym.learners.grpo`) with these options plus
+learner=ring_zero``). Each RL stage is the GRPO learner (:mod:`lrmgym.learners.algorithms.grpo`) with these options plus
 what Ring-Zero adds: the format reward, the shortest-correct record and the tiers. Metrics every stage logs:
 ``train_infer/logp_abs_diff`` and ``train_infer/kl`` (the train/infer gap), ``entropy``, ``length/mean``,
 ``format_ok_frac``, ``all_failed_frac``, ``clip_frac`` (the share of capped tokens).
@@ -32,9 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.core import Task
 from lrmgym.episodes import Rollout, rollout
-from lrmgym.learners.common import derived_seed
-from lrmgym.learners.context import RunContext
-from lrmgym.learners.distill import (
+from lrmgym.learners.algorithms.distill import (
     SDConfig,
     Trace,
     build_corpus,
@@ -43,11 +41,13 @@ from lrmgym.learners.distill import (
     self_distill_loop,
     write_traces,
 )
-from lrmgym.learners.grpo import GRPO, GRPOConfig
-from lrmgym.learners.loop import Loop, StepResult
-from lrmgym.learners.losses import LossAgg, PolicyLossName
-from lrmgym.learners.onpolicy import _SAMPLING, _TRAIN_STREAM
-from lrmgym.learners.staged import StagedRun
+from lrmgym.learners.algorithms.grpo import GRPO, GRPOConfig
+from lrmgym.learners.algorithms.losses import LossAgg, PolicyLossName
+from lrmgym.learners.engine.common import derived_seed
+from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.loop import Loop, StepResult
+from lrmgym.learners.engine.onpolicy import _SAMPLING, _TRAIN_STREAM
+from lrmgym.learners.engine.staged import StagedRun
 
 __all__ = [
     "RL1Config",

@@ -34,7 +34,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from lrmgym.learners.registry import FunctionRegistry, accepted_options
+from lrmgym.learners.engine.registry import FunctionRegistry, accepted_options
 
 __all__ = [
     "POLICY_LOSSES",
@@ -105,7 +105,7 @@ PolicyLossFn = Callable[..., PolicyLossOutput]
 """``fn(logp [N, T], old_logp [N, T], advantages [N] or [N, T], mask [N, T], **params) -> PolicyLossOutput``."""
 
 POLICY_LOSSES: FunctionRegistry[PolicyLossFn] = FunctionRegistry(
-    "policy loss", "lrmgym.learners.losses.register_policy_loss"
+    "policy loss", "lrmgym.learners.algorithms.losses.register_policy_loss"
 )
 """The registered policy losses by name."""
 register_policy_loss = POLICY_LOSSES.register

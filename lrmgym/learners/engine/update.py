@@ -2,8 +2,8 @@
 
 :class:`PolicyGradientConfig` holds the options (loss, clipping, aggregation, KL, optimizer, schedule,
 batching); :class:`PolicyUpdater` owns the optimizer, the learning-rate schedule and the frozen reference
-model, and runs epochs x minibatches x micro-batches of one loss (:mod:`lrmgym.learners.losses`) over a
-list of tokenized trajectories with their advantages. Algorithms (:mod:`lrmgym.learners.grpo`...) decide
+model, and runs epochs x minibatches x micro-batches of one loss (:mod:`lrmgym.learners.algorithms.losses`) over a
+list of tokenized trajectories with their advantages. Algorithms (:mod:`lrmgym.learners.algorithms.grpo`...) decide
 which trajectories and which advantages.
 """
 
@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from lrmgym.learners import shared_prefix
-from lrmgym.learners.common import (
+from lrmgym.learners.algorithms.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
+from lrmgym.learners.engine import shared_prefix
+from lrmgym.learners.engine.common import (
     adamw,
     check_adam_betas,
     check_trainable,
@@ -30,10 +31,9 @@ from lrmgym.learners.common import (
     intra_op_threads,
     usable_cpus,
 )
-from lrmgym.learners.flops import LlamaShape, forward_flops
-from lrmgym.learners.loop import LoopConfig
-from lrmgym.learners.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
-from lrmgym.learners.rollout import TokenBatch, collate_advantages
+from lrmgym.learners.engine.flops import LlamaShape, forward_flops
+from lrmgym.learners.engine.loop import LoopConfig
+from lrmgym.learners.engine.rollout import TokenBatch, collate_advantages
 from lrmgym.policies.fasttrain import compile_unavailable
 
 # adamw, check_trainable, derived_seed, usable_cpus and collate_advantages are re-exported for the learners.
@@ -87,7 +87,7 @@ class PolicyGradientConfig(LoopConfig):
     shared_prefix: bool = True
     """In the update, run each group's prompt once and its G continuations on top of that prompt's (differentiable)
     KV cache, instead of running the prompt G times; same result up to float rounding. Needs a transformers
-    causal LM (past_key_values and position_ids in its forward). See lrmgym/learners/shared_prefix.py."""
+    causal LM (past_key_values and position_ids in its forward). See lrmgym/learners/engine/shared_prefix.py."""
     lean_forward: bool = True
     """Run the update's forward passes through lrmgym.policies.fasttrain (the lean training forward of Llama-family
     models: the same parameters and gradients, less overhead) where the model qualifies; other models, and false
@@ -107,7 +107,7 @@ class PolicyGradientConfig(LoopConfig):
     (async_rollouts=false) with cores to spare: beside the async rollout worker on 2 cores it only moves time
     from sampling to the update (same step time). A step with fewer passes than threads gets one pass per thread."""
     pg_loss: PolicyLossName = "ppo_clip"
-    """Policy loss (a name in lrmgym.learners.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
+    """Policy loss (a name in lrmgym.learners.algorithms.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
     (detached IS weight capped at 1 + clip_high, no floor; MiniMax-M1), gspo (sequence-level ratio; GSPO) or
     reinforce (no ratio)."""
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
@@ -277,7 +277,7 @@ class PolicyUpdater:
         self.cfg, self.policy, self.progress, self.norm_len = cfg, policy, progress, norm_len
         self.temperature = temperature
         self.model = policy.model
-        self.shape = LlamaShape.of_model(self.model)  # None: a model lrmgym.learners.flops does not count
+        self.shape = LlamaShape.of_model(self.model)  # None: a model lrmgym.learners.engine.flops does not count
         self.device = next(self.model.parameters()).device
         if cfg.update_threads > 1 and self.device.type != "cpu":
             raise ValueError(
@@ -370,7 +370,7 @@ class PolicyUpdater:
         """``(logp [n, T-1], entropy [n, T-1] or None, executed)`` of a batch under ``model`` (see shared_prefix).
 
         ``executed``: the pass's forward matmul FLOPs as its kernels ran them (shared_prefix.executed_flops; 0 for
-        a model lrmgym.learners.flops does not count).
+        a model lrmgym.learners.engine.flops does not count).
         """
         ids, mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
         prompt_len = batch.prompt_len if self.cfg.shared_prefix else None
@@ -511,7 +511,7 @@ class PolicyUpdater:
         """Epochs x minibatches of policy-gradient steps on ``seqs``; returns update statistics.
 
         Args:
-            seqs: Tokenized trajectories (:class:`~lrmgym.learners.rollout.TokenizedTrajectory`).
+            seqs: Tokenized trajectories (:class:`~lrmgym.learners.engine.rollout.TokenizedTrajectory`).
             advantages: One advantage per trajectory, or one per token of each trajectory (a list as long as its
                 ``ids``, aligned with its ``policy_mask``; only the policy's tokens are read), as PPO's GAE gives.
             measure_kl: Compute the KL to the reference model this step (always when ``kl_coef > 0``).
@@ -571,7 +571,8 @@ class PolicyUpdater:
         nograd_passes = (not reuse_old and behavior != "sampler") + (ref_all is not None)
         nograd = batch_tokens * nograd_passes
         grad_tokens = 0.0
-        # The same passes in matmul FLOPs (lrmgym.learners.flops; backward = 2x), counted like the tokens (per row,
+        # The same passes in matmul FLOPs (lrmgym.learners.engine.flops; backward = 2x), counted like the
+        # tokens (per row,
         # padding excluded, a shared prompt once per row: shared_prefix computes less), for models that module
         # counts. compute/flops_forward adds the no-grad forwards to the ones with gradient.
         shape = self.shape
