@@ -207,6 +207,7 @@ def _report(
         "split": getattr(getattr(env, "config", None), "split", None),
         "tasks": len(tasks), "n": n, "samples": len(samples),
         "avg@n": {"value": avg_at_n(correct, n), "ci": [low, high]},
+        "interval": {"method": "percentile bootstrap over tasks", "confidence": level, "resamples": cfg.bootstrap},
         "pass@k": passk,
         "mean_score": float(np.mean(scores)) if scores else None,
         "by_difficulty": _by_difficulty(tasks, correct, n, cfg.k),
