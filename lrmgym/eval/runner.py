@@ -37,11 +37,17 @@ def select_tasks(env: TextEnv, cfg: EvalConfig) -> tuple[TextEnv, list[Task]]:
     """The env to grade with (split applied) and its tasks ``0 .. cfg.tasks - 1`` of stream ``cfg.seed``.
 
     A finite data set may hold fewer tasks: the list stops at the first index the env rejects with
-    ``IndexError``.
+    ``IndexError``, and at the data set's size (``num_items``) when the env serves it in order
+    (``order="sequential"``, where index i is item i mod N): a problem counted twice would narrow the intervals
+    over problems.
     """
     env = _with_split(env, cfg.split)
+    limit = cfg.tasks
+    count = getattr(env, "num_items", None)
+    if isinstance(count, int) and getattr(getattr(env, "config", None), "order", None) == "sequential":
+        limit = min(limit, count)
     tasks = []
-    for index in range(cfg.tasks):
+    for index in range(limit):
         try:
             tasks.append(env.task_at(index, seed=cfg.seed))
         except IndexError:

@@ -164,18 +164,17 @@ def suite_tokens(suite: Suite, given: str | None, rest: list[str]) -> list[str]:
     option = f"env.{suite.data_option}"
     in_rest = [t.partition("=")[2] for t in rest if t.partition("=")[0] == option]
     path = given if given is not None else (str(parse_value(in_rest[-1])) if in_rest else None)
-    how = f"{_DATA_KEY}=PATH" + (f" (or {_DATA_KEY}.{suite.name}=PATH beside other suites)" if given is None else "")
     if path is None:
         raise SuiteError(
             f"eval={suite.name}: no data file. {suite.title} is read from a local file and never downloaded: give "
-            f"{how}, PATH being {suite.expects}."
+            f"{_DATA_KEY}=PATH (beside other suites {_DATA_KEY}.{suite.name}=PATH), PATH being {suite.expects}."
         )
     file = Path(path).expanduser()
     if not file.is_file():
         what = "does not exist" if not file.exists() else "is a folder" if file.is_dir() else "is not a regular file"
         raise SuiteError(
-            f"eval={suite.name}: the data file {path!r} {what}. Expected {suite.expects}; point {how} at the file "
-            "you downloaded (nothing is downloaded at run time)."
+            f"eval={suite.name}: the data file {path!r} {what}. Expected {suite.expects}; point {_DATA_KEY} at the "
+            "file you downloaded (nothing is downloaded at run time)."
         )
     tokens = [f"env={suite.env['id']}"]
     tokens += [f"env.{k}={_token_value(v)}" for k, v in suite.env.items() if k != "id"]
