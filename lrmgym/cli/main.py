@@ -546,7 +546,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
 def _eval_suites(suites: list[Any], paths: dict[str, str], rest: list[str]) -> None:
     """``lrmgym eval eval=NAME ...``: each suite's config resolved and checked first, then evaluated in turn."""
     from lrmgym.compose import build_env, build_policy
-    from lrmgym.configs.resolve import ConfigError
+    from lrmgym.configs.resolve import ConfigError, resolve
     from lrmgym.eval.runner import evaluate, print_report
     from lrmgym.eval.suites import SuiteError, check_items, print_summary, suite_summary, suite_tokens
     from lrmgym.files import atomic_write_text
@@ -556,9 +556,11 @@ def _eval_suites(suites: list[Any], paths: dict[str, str], rest: list[str]) -> N
     planned = []
     for suite in suites:
         try:
-            cfg = _resolve(tuple(suite_tokens(suite, paths.get(suite.name), rest)))
+            cfg = resolve(suite_tokens(suite, paths.get(suite.name), rest))
         except SuiteError as err:
             raise UserError(str(err)) from None
+        except ConfigError as err:  # the suite's file or a user override: say which suite it was for
+            raise UserError(f"eval={suite.name}: {err}") from None
         _check_name_free(cfg)
         try:
             env = build_env(cfg)

@@ -220,3 +220,11 @@ def test_a_file_served_in_order_is_evaluated_once_per_problem_however_many_tasks
     _, _, env = suite_env("aime25")
     report = evaluate(env, ScriptedPolicy(lambda p, i: "\\boxed{0}"), small(1, [1]), progress=False)
     assert report["tasks"] == 3  # not 100 tasks cycling over 3 problems
+
+
+def test_a_file_of_another_benchmark_is_one_error_naming_the_suite(tmp_path):
+    args = ["eval", "eval=gpqa_diamond", f"eval.data_path={FIXTURES / FILES['aime24']}", f"run.output_dir={tmp_path}"]
+    line = _error_line(CliRunner().invoke(cli, args))
+    assert line.startswith(f"Error: eval=gpqa_diamond: env: {FIXTURES / FILES['aime24']}:1: missing column(s) ")
+    args = ["eval", "eval=aime24", f"eval.data_path={FIXTURES / FILES['aime24']}", "eval.n=abc"]
+    assert _error_line(CliRunner().invoke(cli, args)).startswith("Error: eval=aime24: eval.n: invalid value 'abc'")
