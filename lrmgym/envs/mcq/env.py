@@ -25,9 +25,9 @@ __all__ = ["LETTERS", "MultipleChoiceConfig", "MultipleChoiceEnv", "extract_lett
 LETTERS = ("A", "B", "C", "D")
 _LETTER_RE = re.compile(r"\(?([A-D])\)?")
 INSTRUCTION = (
-    "Think step by step, then give the letter of your choice (one of A, B, C or D) inside <answer></answer> tags, "
-    "for example <answer>C</answer>, and write nothing after the closing tag."
-)
+    "Think step by step, then give only the letter of your choice (A, B, C or D) inside <answer></answer> tags, "
+    "and write nothing after the closing tag."
+)  # no example letter: a fixed one in every prompt could pull answers towards it
 
 
 class MultipleChoiceConfig(BaseModel):

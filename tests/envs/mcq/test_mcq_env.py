@@ -131,3 +131,9 @@ def test_data_path_is_required_and_must_be_a_file(tmp_path):
         lrmgym.make("lrmgym/MultipleChoice-v0")
     with pytest.raises(ValueError, match="is not a regular file"):
         lrmgym.make("lrmgym/MultipleChoice-v0", data_path=str(tmp_path))
+
+
+def test_the_instruction_shows_no_example_letter():
+    env = lrmgym.make("lrmgym/MultipleChoice-v0", data_path=str(GPQA))
+    instruction = _text(env.unwrapped.task_at(0, seed=0)).rsplit("\n\n", 1)[1]
+    assert not any(f"<answer>{letter}</answer>" in instruction for letter in LETTERS)
