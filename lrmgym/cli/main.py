@@ -496,7 +496,8 @@ def eval_(overrides: tuple[str, ...]) -> None:
     eval.data_path.aime24=... eval.data_path.aime25=...). Each suite's files go in a folder of its name, with
     suites.json (every suite's avg@n and pass@k with bootstrap intervals over problems) beside them.
     """
-    from lrmgym.eval.suites import SuiteError, split_suite_tokens
+    from lrmgym.configs.suites import split_suite_tokens
+    from lrmgym.eval.suites import SuiteError
 
     try:
         suites, paths, rest = split_suite_tokens(overrides)
@@ -547,8 +548,9 @@ def _eval_suites(suites: list[Any], paths: dict[str, str], rest: list[str]) -> N
     """``lrmgym eval eval=NAME ...``: each suite's config resolved and checked first, then evaluated in turn."""
     from lrmgym.compose import build_env, build_policy
     from lrmgym.configs.resolve import ConfigError, resolve
+    from lrmgym.configs.suites import suite_tokens
     from lrmgym.eval.runner import evaluate, print_report
-    from lrmgym.eval.suites import SuiteError, check_items, print_summary, suite_summary, suite_tokens
+    from lrmgym.eval.suites import SuiteError, check_items, print_summary, suite_summary
     from lrmgym.files import atomic_write_text
     from lrmgym.policies.base import MissingPackageError
     from lrmgym.policies.openai import PolicyRequestError

@@ -13,10 +13,11 @@ from click.testing import CliRunner
 from lrmgym.cli.main import cli
 from lrmgym.compose import build_env
 from lrmgym.configs.resolve import resolve
+from lrmgym.configs.suites import load_suite, split_suite_tokens, suite_tokens
 from lrmgym.eval.config import EvalConfig
 from lrmgym.eval.passk import bootstrap_interval
 from lrmgym.eval.runner import evaluate
-from lrmgym.eval.suites import SuiteError, check_items, load_suite, split_suite_tokens, suite_tokens
+from lrmgym.eval.suites import SuiteError, check_items
 from lrmgym.testing.mock import ScriptedPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "evals"
