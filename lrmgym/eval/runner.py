@@ -266,7 +266,8 @@ def print_report(report: dict, console: Any = None) -> None:
 
     console = console or Console()
     level = int(round(report["config"]["confidence"] * 100))
-    table = Table(title=f"{report['env']} ({report.get('split') or 'default split'}): {report['tasks']} tasks x "
+    name = f"eval={report['suite']} on {report['env']}" if report.get("suite") else report["env"]
+    table = Table(title=f"{name} ({report.get('split') or 'default split'}): {report['tasks']} tasks x "
                   f"n={report['n']}, T={report['config']['temperature']}")  # fmt: skip
     table.add_column("metric")
     table.add_column("value", justify="right")

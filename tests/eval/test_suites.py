@@ -214,6 +214,7 @@ def test_cli_writes_each_suite_and_a_summary_with_intervals(tmp_path):
     low, high = rows["gpqa_diamond"]["avg@2"]["ci"]
     assert low <= rows["gpqa_diamond"]["avg@2"]["value"] <= high
     assert "eval suites: mean over problems [95% interval, percentile bootstrap over" in result.output
+    assert "eval=gpqa_diamond on lrmgym/MultipleChoice-v0 (test): 4 tasks x n=2" in " ".join(result.output.split())
     assert f"results: {out}" in result.output
 
 
