@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrmgym.envs._jsonl import MAX_FILE_BYTES, check_file
+from lrmgym.envs._jsonl import read_bytes
 from lrmgym.envs.math.loaders import DataError, read_rows
 
 __all__ = ["GPQA_FIELDS", "Question", "load_questions"]
@@ -38,16 +38,12 @@ class Question:
 
 
 def _read_csv(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """Rows of a CSV file (quoted fields may span lines, as GPQA's questions do), at most 1 GiB read."""
-    check_file(path, DataError)
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise DataError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, the limit for one data file.")
+    """Rows of a CSV file (quoted fields may span lines, as GPQA's questions do), read up to the file limit."""
+    data = read_bytes(path, DataError)
     if b"\x00" in data:
         raise DataError(f"{path}: contains a NUL byte: this is a binary file, not a CSV text file.")
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x}). Save the file as UTF-8.") from None
     try:
@@ -72,9 +68,9 @@ def _text(row: dict[str, Any], name: str, where: str) -> str:
 
 
 def load_questions(path: str | Path) -> list[Question]:
-    """The questions of a local GPQA-format file (``.csv``; else any file :func:`read_rows` reads)."""
+    """The questions of a local GPQA-format file (``.csv``, ``.csv.gz``; else any file :func:`read_rows` reads)."""
     path = Path(path).expanduser()
-    rows = _read_csv(path) if path.name.lower().endswith(".csv") else read_rows(path)
+    rows = _read_csv(path) if path.name.lower().endswith((".csv", ".csv.gz")) else read_rows(path)
     questions = []
     for where, row in rows:
         missing = [f for f in GPQA_FIELDS if f not in row]

@@ -137,3 +137,14 @@ def test_the_instruction_shows_no_example_letter():
     env = lrmgym.make("lrmgym/MultipleChoice-v0", data_path=str(GPQA))
     instruction = _text(env.unwrapped.task_at(0, seed=0)).rsplit("\n\n", 1)[1]
     assert not any(f"<answer>{letter}</answer>" in instruction for letter in LETTERS)
+
+
+def test_csv_is_read_within_the_file_limit_and_may_be_gzipped(tmp_path, monkeypatch):
+    import gzip
+
+    packed = tmp_path / "gpqa_diamond.csv.gz"
+    packed.write_bytes(gzip.compress(GPQA.read_bytes()))
+    assert [q.correct for q in load_questions(packed)] == [q.correct for q in load_questions(GPQA)]
+    monkeypatch.setenv("LRMGYM_MAX_FILE_BYTES", "100")
+    with pytest.raises(DataError, match=r"gpqa_diamond.csv: larger than 100 bytes, the limit for one data file"):
+        load_questions(GPQA)
