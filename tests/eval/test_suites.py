@@ -230,3 +230,12 @@ def test_a_file_of_another_benchmark_is_one_error_naming_the_suite(tmp_path):
     assert line.startswith(f"Error: eval=gpqa_diamond: env: {FIXTURES / FILES['aime24']}:1: missing column(s) ")
     args = ["eval", "eval=aime24", f"eval.data_path={FIXTURES / FILES['aime24']}", "eval.n=abc"]
     assert _error_line(CliRunner().invoke(cli, args)).startswith("Error: eval=aime24: eval.n: invalid value 'abc'")
+
+
+@pytest.mark.parametrize("command", [["run"], ["config", "show"]])
+def test_other_commands_say_a_suite_is_for_lrmgym_eval(command, tmp_path):
+    line = _error_line(CliRunner().invoke(cli, [*command, "eval=aime24", f"run.output_dir={tmp_path}"]))
+    assert line == (
+        "Error: eval=aime24: an evaluation suite is run by `lrmgym eval eval=aime24 eval.data_path=PATH`; this "
+        "command does not take it."
+    )
