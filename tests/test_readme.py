@@ -45,6 +45,7 @@ BLOCKS: dict[str, Callable[[str], bool]] = {
     "serve": lambda first: first.startswith("lrmgym serve "),
     "config_error": lambda first: first.startswith("$ lrmgym run env=math learner.lrr="),
     "own_data": lambda first: first.startswith("$ lrmgym run env=math env.source="),
+    "eval_suites": lambda first: first.startswith("lrmgym eval eval=aime24 "),
     "entry_point_toml": lambda first: first == '[project.entry-points."lrmgym.envs"]',
     "layout": lambda first: first.startswith("lrmgym/core.py "),
 }
@@ -204,6 +205,20 @@ def test_readme_own_data(tmp_path, monkeypatch):
     assert cfg.env.options["question_field"] == "problem" and cfg.env.options["answer_field"] == "solution"
     done = invoke("config", "show", *args[2:])
     assert done.exit_code == 0 and yaml.safe_load(done.output)["env"]["source"] == "my.jsonl"
+
+
+def test_readme_eval_suites(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # the commands read the fixtures by their path from the checkout's root
+    lines = [line for line in block("eval_suites").splitlines() if line.strip()]
+    assert len(lines) == 4
+    for i, line in enumerate(lines):
+        args = shlex.split(line)
+        done = invoke(*args[1:], f"run.output_dir={tmp_path}", f"run.name=s{i}")  # as written, into tmp_path
+        assert done.exit_code == 0, done.output
+        summary = json.loads((tmp_path / f"s{i}" / "suites.json").read_text())
+        suites = [row["suite"] for row in summary["suites"]]
+        assert suites == (["aime24", "aime25"] if i == 3 else [args[2].removeprefix("eval=")])
+        assert all(len(row[f"avg@{row['n']}"]["ci"]) == 2 for row in summary["suites"])
 
 
 def test_readme_openrlhf_export(tmp_path, monkeypatch):

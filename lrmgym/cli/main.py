@@ -490,7 +490,22 @@ def eval_(overrides: tuple[str, ...]) -> None:
 
     Writes config.yaml, eval.json and samples.jsonl into a new directory under run.output_dir (default runs/):
     run.name, which must not exist yet, or eval-ENV-TIME (made unique) and prints a table.
+
+    Benchmark suites read a local file, never a download: `lrmgym eval eval=aime24 eval.data_path=aime_2024.jsonl`
+    (suites: aime24, aime25, gpqa_diamond, livecodebench; several: eval=[aime24,aime25] with
+    eval.data_path.aime24=... eval.data_path.aime25=...). Each suite's files go in a folder of its name, with
+    suites.json (every suite's avg@n and pass@k with bootstrap intervals over problems) beside them.
     """
+    from lrmgym.configs.suites import split_suite_tokens
+    from lrmgym.eval.suites import SuiteError
+
+    try:
+        suites, paths, rest = split_suite_tokens(overrides)
+    except SuiteError as err:
+        raise UserError(str(err)) from None
+    if suites:
+        _eval_suites(suites, paths, rest)
+        return
     cfg = _resolve(overrides)
     from lrmgym.compose import build_env, build_policy
     from lrmgym.configs.resolve import ConfigError
@@ -526,6 +541,68 @@ def eval_(overrides: tuple[str, ...]) -> None:
             raise EnvironmentFailure(text) from None
         raise
     print_report(report)
+    click.echo(f"results: {out_dir}")
+
+
+def _eval_suites(suites: list[Any], paths: dict[str, str], rest: list[str]) -> None:
+    """``lrmgym eval eval=NAME ...``: each suite's config resolved and checked first, then evaluated in turn."""
+    from lrmgym.compose import build_env, build_policy
+    from lrmgym.configs.resolve import ConfigError, resolve
+    from lrmgym.configs.suites import suite_tokens
+    from lrmgym.eval.runner import evaluate, print_report
+    from lrmgym.eval.suites import SuiteError, check_items, print_summary, suite_summary
+    from lrmgym.files import atomic_write_text
+    from lrmgym.policies.base import MissingPackageError
+    from lrmgym.policies.openai import PolicyRequestError
+
+    planned = []
+    for suite in suites:
+        try:
+            cfg = resolve(suite_tokens(suite, paths.get(suite.name), rest))
+        except SuiteError as err:
+            raise UserError(str(err)) from None
+        except ConfigError as err:  # the suite's file or a user override: say which suite it was for
+            raise UserError(f"eval={suite.name}: {err}") from None
+        _check_name_free(cfg)
+        try:
+            env = build_env(cfg)
+            count = check_items(suite, env, seed=cfg.eval.seed)
+        except (FileNotFoundError, ConfigError, ValueError) as err:  # SuiteError is a ValueError
+            raise UserError(str(err)) from None
+        planned.append((suite, cfg, env, cfg.eval.model_copy(update={"tasks": min(cfg.eval.tasks, count)})))
+    first = planned[0][1]
+    try:
+        policy = build_policy(first)
+    except (FileNotFoundError, ConfigError, ValueError) as err:
+        raise UserError(str(err)) from None
+    except MissingPackageError as err:
+        raise EnvironmentFailure(str(err)) from None
+    made = _missing_folders(first)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out_dir = _fresh_dir(first, f"eval-{'-'.join(s.name for s in suites)}-{stamp}")
+    reports, rows = [], []
+    try:
+        for suite, cfg, env, plan in planned:
+            click.echo(f"{suite.title}: {plan.tasks} problems x n={plan.n}", err=True)
+            atomic_write_text(out_dir / suite.name / "config.yaml", cfg.to_yaml())
+            report = {"suite": suite.name, **evaluate(env, policy, plan, out_dir / suite.name)}
+            reports.append(report)
+            rows.append(suite_summary(suite, report))
+        summary = {"suites": rows, "confidence": first.eval.confidence}
+        atomic_write_text(out_dir / "suites.json", json.dumps(summary, indent=2) + "\n")
+    except BaseException as err:
+        _remove_made(out_dir, made)  # no half-made results
+        if isinstance(err, OSError) and _is_disk_full(err, Path(first.run.output_dir)):
+            raise _disk_full(err, None) from None
+        if isinstance(err, KeyboardInterrupt):
+            click.echo("\nInterrupted; no results were kept.", err=True)
+            sys.exit(130)
+        if isinstance(err, PolicyRequestError):
+            raise EnvironmentFailure(f"policy={first.policy.kind}: {_one_line(err)}. No results were kept.") from None
+        raise
+    for report in reports:
+        print_report(report)
+    print_summary(rows, first.eval.confidence)
     click.echo(f"results: {out_dir}")
 
 

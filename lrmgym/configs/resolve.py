@@ -155,6 +155,11 @@ def parse_overrides(tokens: Sequence[str]) -> tuple[dict[str, Any], list[tuple[l
                 f"{did_you_mean(path[0], SECTIONS)}"
             )
         if len(path) == 1:
+            if path[0] == "eval" and value in list_presets("eval"):  # a suite: `lrmgym eval` takes it out before here
+                raise ConfigError(
+                    f"eval={value}: an evaluation suite is run by `lrmgym eval eval={value} eval.data_path=PATH`; "
+                    "this command does not take it."
+                )
             if path[0] not in GROUPS:
                 raise ConfigError(
                     f"{key}: is a section, not a preset group; set its keys instead, e.g. {key}.KEY=VALUE."

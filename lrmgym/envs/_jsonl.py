@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "check_file", "iter_jsonl", "iter_lines", "read_json"]
+__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "check_file", "iter_jsonl", "iter_lines", "read_bytes", "read_json"]
 
 MAX_LINE_BYTES = 1 << 20
 """Longest line accepted (bytes, newline excluded); ``$LRMGYM_MAX_LINE_BYTES`` overrides it."""
@@ -194,12 +194,18 @@ def iter_jsonl(
         raise error(f"{path}: the file is empty (no JSON lines). Give a JSONL file: one JSON object per line.")
 
 
-def read_json(path: Path, error: type[Exception], max_file_bytes: int | None = None) -> Any:
-    """The JSON document of a whole file, read in bounded chunks; a problem raises ``error`` naming the line."""
+def read_bytes(path: Path, error: type[Exception], max_file_bytes: int | None = None) -> bytes:
+    """A whole file's bytes (gunzipped when gzip), read in bounded chunks up to the file limit, BOM removed."""
     path = Path(path)
     check_file(path, error)
     max_file = max_file_bytes or _limit("LRMGYM_MAX_FILE_BYTES", MAX_FILE_BYTES, error)
-    data = b"".join(_chunks(path, error, max_file)).removeprefix(_BOM)
+    return b"".join(_chunks(path, error, max_file)).removeprefix(_BOM)
+
+
+def read_json(path: Path, error: type[Exception], max_file_bytes: int | None = None) -> Any:
+    """The JSON document of a whole file, read in bounded chunks; a problem raises ``error`` naming the line."""
+    path = Path(path)
+    data = read_bytes(path, error, max_file_bytes)
     if not data.strip():
         raise error(f"{path}: the file is empty. Give a JSON file.")
     try:

@@ -37,11 +37,17 @@ def select_tasks(env: TextEnv, cfg: EvalConfig) -> tuple[TextEnv, list[Task]]:
     """The env to grade with (split applied) and its tasks ``0 .. cfg.tasks - 1`` of stream ``cfg.seed``.
 
     A finite data set may hold fewer tasks: the list stops at the first index the env rejects with
-    ``IndexError``.
+    ``IndexError``, and at the data set's size (``num_items``) when the env serves it in order
+    (``order="sequential"``, where index i is item i mod N): a problem counted twice would narrow the intervals
+    over problems.
     """
     env = _with_split(env, cfg.split)
+    limit = cfg.tasks
+    count = getattr(env, "num_items", None)
+    if isinstance(count, int) and getattr(getattr(env, "config", None), "order", None) == "sequential":
+        limit = min(limit, count)
     tasks = []
-    for index in range(cfg.tasks):
+    for index in range(limit):
         try:
             tasks.append(env.task_at(index, seed=cfg.seed))
         except IndexError:
@@ -207,6 +213,7 @@ def _report(
         "split": getattr(getattr(env, "config", None), "split", None),
         "tasks": len(tasks), "n": n, "samples": len(samples),
         "avg@n": {"value": avg_at_n(correct, n), "ci": [low, high]},
+        "interval": {"method": "percentile bootstrap over tasks", "confidence": level, "resamples": cfg.bootstrap},
         "pass@k": passk,
         "mean_score": float(np.mean(scores)) if scores else None,
         "by_difficulty": _by_difficulty(tasks, correct, n, cfg.k),
@@ -259,7 +266,8 @@ def print_report(report: dict, console: Any = None) -> None:
 
     console = console or Console()
     level = int(round(report["config"]["confidence"] * 100))
-    table = Table(title=f"{report['env']} ({report.get('split') or 'default split'}): {report['tasks']} tasks x "
+    name = f"eval={report['suite']} on {report['env']}" if report.get("suite") else report["env"]
+    table = Table(title=f"{name} ({report.get('split') or 'default split'}): {report['tasks']} tasks x "
                   f"n={report['n']}, T={report['config']['temperature']}")  # fmt: skip
     table.add_column("metric")
     table.add_column("value", justify="right")

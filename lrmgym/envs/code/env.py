@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lrmgym.core import Completion, Component, Task, TextEnv, Verdict
 from lrmgym.envs.code import heldout, loaders
 from lrmgym.envs.code.extract import extract_code
+from lrmgym.envs.code.livecodebench import load_livecodebench
 from lrmgym.envs.code.loaders import CodeTask
 from lrmgym.envs.code.procedural import make_procedural_task
 from lrmgym.envs.code.sandbox import ExecResult, Job, Limits, SandboxPool
@@ -42,6 +43,10 @@ class CodeConfig(BaseModel):
     source: str = "procedural"
     """Where tasks come from: 'procedural' (generated functions with generated asserts, no data needed),
     'humaneval', 'mbpp', or a path to a JSONL file of tasks (see lrmgym/envs/code/loaders.py for its fields)."""
+    data_format: Literal["tasks", "livecodebench"] = "tasks"
+    """For a file source: 'tasks' (lrmgym's JSONL fields, see lrmgym/envs/code/loaders.py) or 'livecodebench'
+    (records of livecodebench/code_generation_lite: stdio tasks graded on their private tests only, the public ones
+    shown as examples; see lrmgym/envs/code/livecodebench.py)."""
     split: str = "test"
     """MBPP: 'test' (11-510), 'train' (601-974), 'validation' (511-600), 'prompt' (1-10) or 'all'.
     HumanEval has only 'test'. Ignored for 'procedural' and JSONL sources (taken whole)."""
@@ -118,6 +123,11 @@ class CodeConfig(BaseModel):
                 f"source {self.source!r} is neither one of {', '.join(_NAMED_SOURCES)} nor an existing file; "
                 "give a named source or the path to a JSONL file of code tasks"
             )
+        if self.data_format != "tasks" and self.source in _NAMED_SOURCES:
+            raise ValueError(
+                f"data_format {self.data_format!r} reads a local file, but source is {self.source!r}; give source the "
+                "path of that file"
+            )
         if self.source == "humaneval" and self.split != "test":
             raise ValueError(f"source 'humaneval' has only the 'test' split, got split {self.split!r}; set split: test")
         if self.source == "mbpp" and self.split not in ("all", *loaders.MBPP_SPLITS):
@@ -145,13 +155,15 @@ def _load_tasks(config: CodeConfig) -> list[CodeTask]:
         path = Path(config.source).expanduser()
     stat = path.stat() if path.is_file() else None
     held_out = config.tests == "hidden" and config.source in ("humaneval", "mbpp")
-    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size), held_out)
+    key = (str(path.resolve()), config.split, stat and (stat.st_mtime_ns, stat.st_size), held_out, config.data_format)
     with _DATA_LOCK:
         if key not in _DATA_CACHE:
             if config.source == "humaneval":
                 tasks = loaders.load_humaneval(path)
             elif config.source == "mbpp":
                 tasks = loaders.mbpp_split(loaders.load_mbpp(path), config.split)
+            elif config.data_format == "livecodebench":
+                tasks = load_livecodebench(path)
             else:
                 tasks = loaders.load_jsonl(path)
             if held_out:
