@@ -8,12 +8,28 @@ own rotary-embedding module: q/k/v and gate/up fused into one product each (with
 RoPE as one complex product from a table made once per batch, one preallocated key/value buffer per layer, and
 an additive mask. Rows that finish are dropped from the buffers, as in the sampler.
 
-Only architectures whose decoder layer is exactly ``RMSNorm -> attention(q,k,v,o, RoPE) -> RMSNorm -> SiLU-gated
-MLP`` qualify (``llama``, ``mistral`` without a sliding window, ``qwen2``), with plain ``nn.Linear`` projections
-(a LoRA-wrapped model, or one with forward hooks, goes through ``model.forward``). :meth:`LlamaDecoder.build`
-returns ``None`` for anything else, and the sampler falls back to the model's own forward.
-``tests/policies/test_fastdecode.py`` checks the logits against ``model.forward`` on random models of each
-supported type (grouped-query attention and q/k/v biases included).
+Which models qualify (:func:`llama_like`, :data:`ARCHITECTURES`): those whose decoder layer is
+``RMSNorm -> attention(q,k,v,o, RoPE) -> RMSNorm -> gated MLP``, with plain ``nn.Linear`` projections (or peft LoRA
+layers, through their effective weights) and no forward hooks, plus what each type adds:
+
+============  ===================================================================================================
+model_type    what the lean passes apply beyond Llama's layer
+============  ===================================================================================================
+``llama``     nothing (SiLU gate)
+``mistral``   ``config.sliding_window`` on every layer: a query sees the keys less than ``window`` positions back
+``qwen2``     q/k/v biases; a window on the layers ``config.layer_types`` marks ``sliding_attention``
+``qwen3``     a per-head RMSNorm on q and on k before RoPE; windows as Qwen2
+``gemma``     embeddings times sqrt(hidden) (the module's ``embed_scale``), norms scaling by ``1 + weight``,
+              tanh-GELU gate (GeGLU), the head tied to the embedding
+============  ===================================================================================================
+
+Anything else takes ``model.forward``, the reason logged once (:data:`FALLBACK_REASONS`): Gemma2 and Gemma3
+(attention and final-logit soft-capping, sandwich norms, ``query_pre_attn_scalar``, alternating local/global layers
+with their own RoPE bases: each would be a branch of its own in both passes, for two model families), and the MoE
+types (routed experts are not one gated MLP). :meth:`LlamaDecoder.build` returns ``None`` for them, and the sampler
+falls back to the model's own forward. ``tests/policies/test_fastdecode.py`` and ``test_lean_archs.py`` check the
+logits against ``model.forward`` on random models of each supported type (grouped-query attention, q/k/v biases,
+q/k norms, windows shorter than the sequences and Gemma's pieces included).
 """
 
 from __future__ import annotations

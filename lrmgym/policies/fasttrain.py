@@ -35,8 +35,12 @@ causal kernel keeps no ``[t, t]`` scores for the backward), and where a pass's l
 elements, :meth:`LlamaTrainer.logprobs` computes log-probs and entropies chunk by chunk (:func:`head_logprobs`:
 the logits of a chunk are recomputed in the backward, never kept whole).
 
-Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (llama, mistral without a sliding window,
-qwen2; plain or LoRA linear layers; no hooks). In addition, a model in training mode with a dropout that would
+Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (Llama, Mistral, Qwen2, Qwen3 and Gemma, the
+table in :mod:`lrmgym.policies.fastdecode`; plain or LoRA linear layers; no hooks). Qwen3's q/k norms run here as
+:class:`_Normalize` times their weight (the attention scale folded into the q norm's), Gemma's norms fold
+``1 + weight``, and a sliding-window layer gets its own additive mask (``key position <= query position - window``
+blocked) wherever some key is that far back, also on the SDPA path (then an explicit mask rather than its causal
+kernel). In addition, a model in training mode with a dropout that would
 be active (attention dropout, a LoRA dropout) does not qualify: this forward does not apply it. With transformers'
 gradient checkpointing on (``policy.gradient_checkpointing``), this forward checkpoints each decoder layer too
 (``torch.utils.checkpoint``, non-reentrant: only the layer's input is kept, the rest is recomputed). Where a model

@@ -72,7 +72,7 @@ def test_shared_prefix_passes_match_the_plain_model_forward(kind, extra):
     prompt_len = torch.tensor([12, 12, 9, 12])
     assert _worth_sharing(prompt_groups(ids, prompt_len), prompt_len, mask.sum(-1), ids.shape[1])
     cols = torch.arange(ids.shape[1] - 1)
-    policy = (cols >= prompt_len[:, None] - 1) & (cols < mask.sum(-1)[:, None] - 1)  # targets from the first policy token
+    policy = (cols >= prompt_len[:, None] - 1) & (cols < mask.sum(-1)[:, None] - 1)  # from the first policy token
     weight = torch.randn(policy.shape, generator=torch.Generator().manual_seed(1)) * policy
     results = {}
     for shared in (False, True):
