@@ -78,6 +78,7 @@ __all__ = [
     "SDPA_MIN_KEYS",
     "LlamaTrainer",
     "causal_lm_logits",
+    "causal_lm_logprobs",
     "chunked_model_logprobs",
     "compile_unavailable",
     "head_logprobs",
@@ -277,12 +278,18 @@ scaling or soft-capping), so that :func:`chunked_model_logprobs` may run the dec
 
 
 def chunked_model_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    targets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """Next-token log-probs ``[b, t-1]`` (and entropies) through the model's own decoder, the head in chunks.
 
-    For models the lean forward does not take (Qwen3's q/k norms, MoE layers, left padding ...) whose logits would
-    exceed :data:`LOGIT_CHUNK`: transformers' decoder gives the hidden states, :func:`head_logprobs` the rest.
+    For models the lean forward does not take (MoE layers, Gemma2, left padding ...) whose logits would exceed
+    :data:`LOGIT_CHUNK`: transformers' decoder gives the hidden states, :func:`head_logprobs` the rest.
+    ``targets [b, t-1]``: the tokens scored (default ``input_ids[:, 1:]``, the next tokens).
     ``None`` where the logits fit whole, or where the model is not one of :data:`_PLAIN_HEAD` with a plain linear
     head and no hooks on the causal LM or its head (the caller then takes ``model(...).logits``).
     """
@@ -295,7 +302,30 @@ def chunked_model_logprobs(
     if input_ids.numel() * head.weight.shape[0] <= LOGIT_CHUNK:
         return None
     hidden = get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    return head_logprobs(hidden[:, :-1], head.weight, head.bias, input_ids[:, 1:], temperature, entropy)
+    targets = input_ids[:, 1:] if targets is None else targets
+    return head_logprobs(hidden[:, :-1], head.weight, head.bias, targets, temperature, entropy)
+
+
+def causal_lm_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor, lean: bool = True
+) -> torch.Tensor | None:
+    """Log-probs ``[b, t-1]`` of ``targets [b, t-1]`` after each position, without ``[b, t, V]`` logits.
+
+    For a loss over long rows (SFT's cross-entropy is ``-logp`` of the labels): through :class:`LlamaTrainer`
+    where :func:`causal_lm_logits` would take it, else through :func:`chunked_model_logprobs`; in both the head runs
+    :data:`LOGIT_CHUNK` logit elements at a time. ``None`` where the logits fit in one chunk (the caller computes
+    them whole: the tiny model's path stays as it was) or where no chunked path applies to the model.
+    """
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(vocab, int) and input_ids.numel() * vocab <= LOGIT_CHUNK:
+        return None  # decided before building a LlamaTrainer, which the whole-logits path builds again
+    trainer = LlamaTrainer.build(model) if lean and right_padded(attention_mask) else None
+    if trainer is not None:
+        if trainer.fits_whole(input_ids.numel()):
+            return None
+        return trainer.logprobs(trainer.hidden(input_ids)[:, :-1], targets)[0]
+    chunked = chunked_model_logprobs(model, input_ids, attention_mask, targets=targets)
+    return None if chunked is None else chunked[0]
 
 
 def _steps_aside(model: Any) -> bool:
