@@ -414,7 +414,7 @@ class HFPolicyConfig(BaseModel):
     """transformers' attention kernel (`from_pretrained(attn_implementation=...)`) for `model.forward`: sampling
     through `generate` and training models the lean forward does not take. None: transformers' choice (sdpa
     where it applies). "flash_attention_2" needs the flash-attn package and a CUDA GPU. The lean training
-    forward (Llama, Mistral, Qwen2) uses SDPA from 512 positions on whatever this says."""
+    forward (Llama, Mistral, Qwen2, Qwen3, Gemma) uses SDPA from 512 positions on whatever this says."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them: less memory for long
     rollouts, about a third more compute in the update. transformers' gradient checkpointing (non-reentrant),
