@@ -263,6 +263,7 @@ class _Layer:
         self.qk_norms = qk_norms(attn, head_dim, scaling) if arch.qk_norm else None
         if self.qk_norms is not None:
             scaling = 1.0
+            self.qk_eps = _eps_tensor(attn.q_norm), _eps_tensor(attn.k_norm)  # made once, not per decode step
         (q_w, q_b), (k_w, k_b), (v_w, v_b), (o_w, o_b), (g_w, _), (u_w, _), (d_w, _) = (
             _linear_weights(m)  # type: ignore[misc]  # build() checked that each is a (LoRA-)linear layer
             for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
@@ -470,10 +471,10 @@ class LlamaDecoder(_LlamaParts):
         layer, (b, t, _), d, heads, kv = self.layers[i], x.shape, self.head_dim, self.heads, self.kv_heads
         qkv = layer.qkv(_normalize(x, layer.eps1)).view(b, t, heads + 2 * kv, d)
         if layer.qk_norms is not None:  # Qwen3: per-head RMSNorms on q and k before RoPE
-            (q_w, q_eps), (k_w, k_eps) = layer.qk_norms
-            qkv[:, :, :heads] = _normalize(qkv[:, :, :heads], qkv.new_tensor(q_eps, dtype=torch.float32)) * q_w
-            qk = qkv[:, :, heads : heads + kv]
-            qkv[:, :, heads : heads + kv] = _normalize(qk, qkv.new_tensor(k_eps, dtype=torch.float32)) * k_w
+            (q_w, _), (k_w, _) = layer.qk_norms
+            q_eps, k_eps = layer.qk_eps
+            qkv[:, :, :heads] = _normalize(qkv[:, :, :heads], q_eps) * q_w
+            qkv[:, :, heads : heads + kv] = _normalize(qkv[:, :, heads : heads + kv], k_eps) * k_w
         _rope(qkv[:, :, : heads + kv], rotations)  # on q and k at once
         qkv = qkv.transpose(1, 2)
         # Keys and values in separate buffers: a slice [:, :, :end] of a [b, K, L, D] buffer still merges its
