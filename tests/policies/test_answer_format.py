@@ -77,8 +77,10 @@ def test_the_boxed_template_gets_the_boxed_instruction(folders):
     ("tokens", "expected"),
     [
         (["policy.answer_instruction=null"], "Q:1+1. A:"),  # off: the env's text as it is
-        (["policy.answer_instruction=Answer in <answer> tags."], "<|system|>Answer in <answer> tags.<|end|>"
-         "<|user|>Q:1+1. A:<|end|><|assistant|>"),  # fmt: skip
+        (
+            ["policy.answer_instruction=Answer in <answer> tags."],
+            "<|system|>Answer in <answer> tags.<|end|><|user|>Q:1+1. A:<|end|><|assistant|>",
+        ),  # a text of your own
         (['policy.answer_instruction=""'], "<|user|>Q:1+1. A:<|end|><|assistant|>"),  # the template, no system turn
         # instruct prompts state the format themselves: auto adds no system message
         (["env.style=instruct"], "<|user|>Q:1+1. A:<|end|><|assistant|>"),
