@@ -1,6 +1,7 @@
 """Peak memory of one training pass at real-model lengths: the lean forward against ``model.forward`` with SDPA.
 
-Run: ``python benchmarks/memory_real.py [--tokens 1024 4096] [--out benchmarks/results/memory_real.md]``.
+Run: ``python benchmarks/memory_real.py [--tokens 1024 4096] [--out benchmarks/results/memory_real.md]``
+(``--thresholds``, ``--sft``: the A/Bs described below, appended to ``--out``).
 
 One pass is what the GRPO update does per micro-batch: log-probs of one right-padded row (and, as in an update's
 first epoch, the entropies), a loss on them, the backward. Each configuration runs in a fresh subprocess (CPU,
@@ -23,6 +24,12 @@ trains): one default-sized update pass (12 rows x 85 tokens, forward and backwar
 process, one thread, the variants interleaved, thread CPU time, best and median of ``--repeats``: as it runs by
 default (products and whole logits: below both thresholds), with SDPA forced (``SDPA_MIN_KEYS=1``), and with the
 chunked log-probs forced (``LOGIT_CHUNK`` of 8 tokens).
+
+``--sft`` measures SFT's step (:class:`~lrmgym.learners.algorithms.sft.MaskedCE`: masked cross-entropy, backward,
+AdamW) on the same model, one ``--sft-tokens`` row (a 64-token prompt, the rest labelled), peak resident set above
+the one before the step as above, fresh process each: ``whole logits`` (the cross-entropy over ``[B, T, V]``
+logits, as SFT computed it before: forced by raising ``LOGIT_CHUNK`` past the pass) against ``chunked`` (as it runs
+now: log-probs with the head in chunks). It appends its table to ``--out``.
 """
 
 from __future__ import annotations
@@ -83,6 +90,65 @@ def one_pass(kind: str, tokens: int) -> dict:
     return {"kind": kind, "tokens": tokens, "peak_mb": peak - before, "seconds": seconds, "check": check}
 
 
+SFT_KINDS = ("whole logits", "chunked")
+
+
+def one_sft_step(kind: str, tokens: int) -> dict:
+    """In this process: one MaskedCE step on a ``tokens``-long row; the peak above the resident set before it."""
+    import torch
+    import transformers
+
+    from lrmgym.learners.algorithms.sft import MaskedCE, collate_masked_ce
+    from lrmgym.policies import fasttrain
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(**CONFIG, attn_implementation="sdpa")
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    if kind == "whole logits":
+        fasttrain.LOGIT_CHUNK = 10**18
+    trainer = MaskedCE(model, lr=1e-5, lr_factor=lambda s: 1.0)
+
+    def run(t: int) -> float:
+        ids = torch.randint(2, CONFIG["vocab_size"], (t,)).tolist()
+        return trainer.step(*collate_masked_ce([(ids[:64], ids[64:])], pad_id=0, eos_id=1))["loss"]
+
+    run(80)  # warm-up: kernels, allocator, AdamW's state
+    before = _rss_mb()
+    start = time.perf_counter()
+    loss = run(tokens)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"kind": kind, "tokens": tokens, "peak_mb": peak - before, "seconds": seconds, "loss": loss}
+
+
+def sft_table(tokens: list[int], env: dict) -> str:
+    """The ``--sft`` A/B (module docstring), each step in a fresh subprocess, as Markdown lines."""
+    rows = []
+    for t in tokens:
+        for kind in SFT_KINDS:
+            command = [sys.executable, __file__, "--one-sft", kind, str(t)]
+            out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+            print(rows[-1], flush=True)
+    lines = [
+        "",
+        f"## SFT's step: whole logits against chunked log-probs (`--sft --sft-tokens {' '.join(map(str, tokens))}`)",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; the model above (vocabulary 32 768), one "
+        "row (64 prompt tokens, the rest labelled), `MaskedCE.step` (masked cross-entropy, backward, AdamW), peak "
+        "resident set above the one before the step (after a warm-up step, so AdamW's state exists already).",
+        "",
+        "| tokens | SFT loss computed from | peak MB | loss | seconds |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['tokens']} | {row['kind']} | {row['peak_mb']:.0f} | {row['loss']:.6f} | {row['seconds']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def thresholds(repeats: int) -> str:
     """The A/B of ``--thresholds`` (module docstring), as Markdown lines."""
     import statistics
@@ -136,10 +202,16 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "memory_real.md"))
     parser.add_argument("--thresholds", action="store_true", help="time the tiny default model across the switches")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--sft", action="store_true", help="SFT's step: whole logits against chunked log-probs")
+    parser.add_argument("--sft-tokens", type=int, nargs="+", default=[2048])
     parser.add_argument("--one", nargs=2, metavar=("KIND", "TOKENS"), help=argparse.SUPPRESS)  # the subprocess
+    parser.add_argument("--one-sft", nargs=2, metavar=("KIND", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_pass(args.one[0], int(args.one[1]))))
+        return
+    if args.one_sft:
+        print(json.dumps(one_sft_step(args.one_sft[0], int(args.one_sft[1]))))
         return
     if args.thresholds:
         text = thresholds(args.repeats)
@@ -149,6 +221,12 @@ def main() -> None:
         return
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if args.sft:
+        text = sft_table(args.sft_tokens, env)
+        with open(args.out, "a") as f:
+            f.write(text)
+        print(text)
+        return
     rows = []
     for tokens in args.tokens:
         for kind in KINDS:

@@ -34,7 +34,12 @@ def build_policy(config: Any) -> Any:
         if callable(check_device):
             check_device()  # a device this machine lacks: refused before minutes of building
         build_tiny(config.policy)
-    return config.policy.build()
+    policy = config.policy
+    if getattr(policy, "answer_instruction", None) == "auto":  # policy=hf: the env's answer-format instruction
+        from lrmgym.policies.answer_format import env_answer_instruction
+
+        policy = policy.model_copy(update={"answer_instruction": env_answer_instruction(config.env)})
+    return policy.build()
 
 
 def build_context(config: Any, run_dir: Path | str) -> Any:

@@ -274,6 +274,8 @@ FIELDS: dict[str, FieldRule] = {
     "policy.lora": _m("--ds.lora.rank / alpha / dropout / target_modules"),
     "policy.adapter": _u("OpenRLHF starts LoRA adapters fresh; it cannot load a trained one"),
     "policy.chat_template": _m("--data.apply_chat_template when the env's prompts are chat messages"),
+    "policy.answer_instruction": _i("the native policy's system message; the export writes the env's prompts as "
+                                    "they are (for a real model: env.style=instruct env.chat=true)"),
     "policy.batch_size": _i("the native sampler's batch; OpenRLHF's vLLM engines batch themselves"),
     "policy.attn_implementation": _i("the native model's kernel; OpenRLHF's workers choose their own"),
     "policy.gradient_checkpointing": _i("the native trainer's; OpenRLHF's is backend.gradient_checkpointing"),

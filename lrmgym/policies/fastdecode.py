@@ -8,16 +8,35 @@ own rotary-embedding module: q/k/v and gate/up fused into one product each (with
 RoPE as one complex product from a table made once per batch, one preallocated key/value buffer per layer, and
 an additive mask. Rows that finish are dropped from the buffers, as in the sampler.
 
-Only architectures whose decoder layer is exactly ``RMSNorm -> attention(q,k,v,o, RoPE) -> RMSNorm -> SiLU-gated
-MLP`` qualify (``llama``, ``mistral`` without a sliding window, ``qwen2``), with plain ``nn.Linear`` projections
-(a LoRA-wrapped model, or one with forward hooks, goes through ``model.forward``). :meth:`LlamaDecoder.build`
-returns ``None`` for anything else, and the sampler falls back to the model's own forward.
-``tests/policies/test_fastdecode.py`` checks the logits against ``model.forward`` on random models of each
-supported type (grouped-query attention and q/k/v biases included).
+Which models qualify (:func:`llama_like`, :data:`ARCHITECTURES`): those whose decoder layer is
+``RMSNorm -> attention(q,k,v,o, RoPE) -> RMSNorm -> gated MLP``, with plain ``nn.Linear`` projections (or peft LoRA
+layers, through their effective weights) and no forward hooks, plus what each type adds:
+
+============  ===================================================================================================
+model_type    what the lean passes apply beyond Llama's layer
+============  ===================================================================================================
+``llama``     nothing (SiLU gate)
+``mistral``   ``config.sliding_window`` on every layer: a query sees the keys less than ``window`` positions back
+``qwen2``     q/k/v biases; a window on the layers ``config.layer_types`` marks ``sliding_attention``
+``qwen3``     a per-head RMSNorm on q and on k before RoPE; windows as Qwen2
+``gemma``     embeddings times sqrt(hidden) (the module's ``embed_scale``), norms scaling by ``1 + weight``,
+              tanh-GELU gate (GeGLU), the head tied to the embedding
+============  ===================================================================================================
+
+Anything else takes ``model.forward``, the reason logged once (:data:`FALLBACK_REASONS`): Gemma2 and Gemma3
+(attention and final-logit soft-capping, sandwich norms, ``query_pre_attn_scalar``, alternating local/global layers
+with their own RoPE bases: each would be a branch of its own in both passes, for two model families), and the MoE
+types (routed experts are not one gated MLP). :meth:`LlamaDecoder.build` returns ``None`` for them, and the sampler
+falls back to the model's own forward. ``tests/policies/test_fastdecode.py`` and ``test_lean_archs.py`` check the
+logits against ``model.forward`` on random models of each supported type (grouped-query attention, q/k/v biases,
+q/k norms, windows shorter than the sequences and Gemma's pieces included).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
 import math
 import threading
 import weakref
@@ -26,7 +45,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LlamaDecoder", "llama_like"]
+__all__ = ["ARCHITECTURES", "FALLBACK_REASONS", "LlamaDecoder", "llama_like"]
+
+logger = logging.getLogger(__name__)
 
 _KEEP_BYTES = 256 * 2**20
 """Largest key/value storage (per set) that :meth:`LlamaDecoder._buffers` keeps for reuse on CPU."""
@@ -49,7 +70,62 @@ def _give_back(storages: list[torch.Tensor]) -> None:
         free.append(storages)
 
 
-_SUPPORTED = ("llama", "mistral", "qwen2")
+@dataclasses.dataclass(frozen=True)
+class _Arch:
+    """What a supported model type adds to the plain Llama layer (``RMSNorm -> attention -> RMSNorm -> gated MLP``).
+
+    Attributes:
+        qk_norm: A per-head RMSNorm on q and on k (over the head dim, its own weight) before RoPE (Qwen3).
+        unit_offset: Every RMSNorm scales by ``1 + weight`` rather than ``weight`` (Gemma).
+        scaled_embedding: The embedding module multiplies its rows by its ``embed_scale`` buffer, sqrt(hidden)
+            (Gemma), rounded to the weight's dtype as the module does.
+        window: Which layers attend within ``config.sliding_window`` positions (a key at most ``window - 1``
+            positions before its query): ``"all"`` (Mistral), ``"layer_types"`` (those ``config.layer_types``
+            marks ``sliding_attention``: Qwen2/Qwen3 with ``use_sliding_window``), ``"none"`` (Llama, Gemma).
+    """
+
+    qk_norm: bool = False
+    unit_offset: bool = False
+    scaled_embedding: bool = False
+    window: str = "none"
+
+
+ARCHITECTURES: dict[str, _Arch] = {
+    "llama": _Arch(window="none"),
+    "mistral": _Arch(window="all"),
+    "qwen2": _Arch(window="layer_types"),
+    "qwen3": _Arch(qk_norm=True, window="layer_types"),
+    "gemma": _Arch(unit_offset=True, scaled_embedding=True),
+}
+"""The model types the lean passes (this decoder and :mod:`lrmgym.policies.fasttrain`) take, by ``model_type``."""
+
+FALLBACK_REASONS: dict[str, str] = {
+    "gemma2": "Gemma2 soft-caps the attention scores and the final logits (tanh), adds sandwich norms after "
+    "attention and after the MLP, scales queries by query_pre_attn_scalar and alternates sliding and full layers",
+    "gemma3_text": "Gemma3 adds sandwich norms and q/k norms to Gemma's layer and alternates sliding layers with a "
+    "local RoPE base of their own",
+    "gemma3": "Gemma3 is a multimodal wrapper around gemma3_text (sandwich norms, q/k norms, two RoPE bases)",
+    "mixtral": "a mixture-of-experts MLP (routed experts) instead of one gated MLP",
+    "qwen2_moe": "a mixture-of-experts MLP (routed and shared experts) instead of one gated MLP",
+    "qwen3_moe": "a mixture-of-experts MLP (routed experts) instead of one gated MLP",
+}
+"""Why a model type close to the supported ones takes ``model.forward`` (logged once per process and type)."""
+
+_ACTIVATIONS: dict[str, Any] = {
+    "silu": F.silu,
+    "gelu_pytorch_tanh": functools.partial(F.gelu, approximate="tanh"),  # Gemma's GeGLU
+}
+"""The MLP gate activations (``config.hidden_act``) the lean passes apply, as transformers' ``ACT2FN`` does."""
+
+_LOGGED: set[str] = set()
+
+
+def _log_fallback(model_type: str, reason: str) -> None:
+    """Log once per process and reason that a model of ``model_type`` runs through ``model.forward``."""
+    message = f"{model_type}: {reason}"
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        logger.warning("Lean forward off for this model (model.forward runs instead): %s.", message)
 
 
 def _plain_linear(module: Any) -> bool:
@@ -97,35 +173,73 @@ def _qualname(fn: Any) -> str:
 def llama_like(model: Any) -> Any | None:
     """The causal LM whose modules a lean forward runs (a peft model's base model), or ``None`` if it does not qualify.
 
-    Qualifies: a ``llama``, ``mistral`` (without a sliding window) or ``qwen2`` model with SiLU, no q/k norms,
-    plain (or LoRA-wrapped) linear projections, no MLP biases and no forward hooks on any module.
+    Qualifies: a model of one of the :data:`ARCHITECTURES` types with a gate activation the lean passes apply
+    (SiLU; Gemma's tanh GELU), q/k norms exactly where its type has them, plain (or LoRA-wrapped) linear
+    projections, no MLP biases and no forward hooks on any module. Where a model does not, the reason is logged
+    once (:data:`FALLBACK_REASONS` for the types close to the supported ones).
     """
     get_base = getattr(model, "get_base_model", None)
     if callable(get_base):  # a peft PeftModel: its LoRA layers sit inside the base model's modules
         model = get_base()
     config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
-    if config is None or inner is None or getattr(config, "model_type", None) not in _SUPPORTED:
+    if config is None or inner is None:
         return None
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "use_sliding_window", False):
+    reason = _unsupported(model, config, inner)
+    if reason is not None:
+        _log_fallback(str(getattr(config, "model_type", None)), reason)
         return None
-    if getattr(config, "model_type", None) == "mistral" and getattr(config, "sliding_window", None):
-        return None
+    return model
+
+
+def _unsupported(model: Any, config: Any, inner: Any) -> str | None:
+    """Why :func:`llama_like` does not take ``model``, or ``None`` when it does."""
+    model_type = getattr(config, "model_type", None)
+    arch = ARCHITECTURES.get(str(model_type))
+    if arch is None:
+        known = ", ".join(ARCHITECTURES)
+        return FALLBACK_REASONS.get(str(model_type), f"not one of the architectures the lean passes run ({known})")
+    if (act := getattr(config, "hidden_act", "silu")) not in _ACTIVATIONS:
+        return f"the MLP activation {act!r} (the lean passes apply {', '.join(_ACTIVATIONS)})"
     if any(_hooked(m) for m in model.modules()):
-        return None  # a hook (steering, probing, a test's bias) must see every forward
+        return "forward hooks on a module (a hook, for steering, probing or a test, must see every forward)"
     needed = ("embed_tokens", "norm", "layers", "rotary_emb")
     if not all(hasattr(inner, name) for name in needed) or not _plain_linear(getattr(model, "lm_head", None)):
-        return None
+        return "no embed_tokens/norm/layers/rotary_emb in the decoder, or an LM head that is not a linear layer"
+    if arch.scaled_embedding and not isinstance(getattr(inner.embed_tokens, "embed_scale", None), torch.Tensor):
+        return "an embedding without its embed_scale buffer"
     for layer in inner.layers:
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
         projections = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
         projections += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
         weights = [_linear_weights(p) for p in projections]
         if any(w is None for w in weights) or any(w[1] is not None for w in weights[4:]):  # type: ignore[index]
-            return None  # not (LoRA-)linear, or an MLP with biases
-        if any(hasattr(attn, n) for n in ("q_norm", "k_norm")):
-            return None
-    return model
+            return "a projection that is not a (LoRA-)linear layer, or an MLP with biases"
+        if any(hasattr(attn, n) for n in ("q_norm", "k_norm")) != arch.qk_norm:
+            return "q/k norms where its type has none, or none where it has them"
+    return None
+
+
+def layer_windows(model: Any) -> list[int | None]:
+    """Per decoder layer of a :func:`llama_like` model, its sliding window (``None``: full causal attention).
+
+    A query at position ``p`` attends to the keys at ``p - window + 1 .. p``, as transformers' sliding-window mask
+    does (``kv > q - window``). Which layers slide is the architecture's (:attr:`_Arch.window`).
+    """
+    config, count = model.config, len(model.model.layers)
+    window = getattr(config, "sliding_window", None) or None
+    rule = ARCHITECTURES[config.model_type].window
+    if window is None or rule == "none":
+        return [None] * count
+    if rule == "all":
+        return [int(window)] * count
+    types = list(getattr(config, "layer_types", None) or [])
+    return [int(window) if i < len(types) and types[i] == "sliding_attention" else None for i in range(count)]
+
+
+def norm_weight(norm: Any, arch: _Arch) -> torch.Tensor:
+    """The factor an RMSNorm applies after normalizing: its weight, or ``1 + weight`` (Gemma's norms)."""
+    return norm.weight + 1.0 if arch.unit_offset else norm.weight
 
 
 class _Layer:
@@ -139,12 +253,17 @@ class _Layer:
     so attention, unchanged, and v and the output stay in the model's order. The key cache holds permuted keys.
     """
 
-    def __init__(self, layer: Any, head_dim: int, parts: int) -> None:
+    def __init__(self, layer: Any, head_dim: int, parts: int, arch: _Arch) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         norm1, norm2 = layer.input_layernorm, layer.post_attention_layernorm
         self.eps1, self.eps2 = _eps_tensor(norm1), _eps_tensor(norm2)
-        # The attention scale is folded into the query rows (RoPE is linear, so scaling before it is the same).
+        # The attention scale is folded into the query rows (RoPE is linear, so scaling before it is the same),
+        # or, with q/k norms (which would undo it), into the q norm's weight.
         scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))
+        self.qk_norms = qk_norms(attn, head_dim, scaling) if arch.qk_norm else None
+        if self.qk_norms is not None:
+            scaling = 1.0
+            self.qk_eps = _eps_tensor(attn.q_norm), _eps_tensor(attn.k_norm)  # made once, not per decode step
         (q_w, q_b), (k_w, k_b), (v_w, v_b), (o_w, o_b), (g_w, _), (u_w, _), (d_w, _) = (
             _linear_weights(m)  # type: ignore[misc]  # build() checked that each is a (LoRA-)linear layer
             for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
@@ -152,16 +271,38 @@ class _Layer:
         q_rows, k_rows = (_interleaved(w.shape[0], head_dim, w.device) for w in (q_w, k_w))
         biases = [q_b, k_b, v_b]
         qkv_b = torch.cat([(q_b * scaling)[q_rows], k_b[k_rows], v_b]) if all(b is not None for b in biases) else None
-        self.qkv = _Product(torch.cat([(q_w * scaling)[q_rows], k_w[k_rows], v_w]) * norm1.weight, qkv_b, parts)
+        n1, n2 = norm_weight(norm1, arch), norm_weight(norm2, arch)
+        self.qkv = _Product(torch.cat([(q_w * scaling)[q_rows], k_w[k_rows], v_w]) * n1, qkv_b, parts)
         self.o = _Product(o_w, o_b, parts)
-        self.gate_up = _Product(torch.cat([g_w, u_w]) * norm2.weight, None, parts)
+        self.gate_up = _Product(torch.cat([g_w, u_w]) * n2, None, parts)
         self.down = _Product(d_w, None, parts)
+
+
+QKNorms = tuple[tuple[torch.Tensor, float], tuple[torch.Tensor, float]]
+"""``((q weight, eps), (k weight, eps))`` of Qwen3's per-head q and k norms (:func:`qk_norms`)."""
+
+
+def qk_norms(attn: Any, head_dim: int, scaling: float) -> QKNorms:
+    """Qwen3's per-head q and k RMSNorms as ``(weight, eps)`` each, the weights in the interleaved head order.
+
+    The norm runs over each head's ``D`` features (a permutation of them leaves the RMS as it is, so the weight is
+    permuted like the rows); the attention scale goes into the q norm's weight, since the norm undoes any scaling
+    of the product before it.
+    """
+    order = _interleaved(head_dim, head_dim, attn.q_norm.weight.device)
+    return ((attn.q_norm.weight * scaling)[order], _eps(attn.q_norm)), (attn.k_norm.weight[order], _eps(attn.k_norm))
 
 
 def _interleaved(rows: int, head_dim: int, device: torch.device) -> torch.Tensor:
     """Row order that interleaves each head's two RoPE halves: per head ``0, D/2, 1, D/2+1, ..., D/2-1, D-1``."""
     within = torch.arange(head_dim, device=device).view(2, head_dim // 2).t().reshape(-1)
     return (torch.arange(0, rows, head_dim, device=device)[:, None] + within).reshape(-1)
+
+
+def _within(t: int, window: int, device: torch.device) -> torch.Tensor:
+    """``[t, t]`` True where key ``j`` is not ``window`` or more positions before query ``i`` (``j > i - window``)."""
+    i = torch.arange(t, device=device)
+    return i[None, :] > i[:, None] - window
 
 
 def _eps(norm: Any) -> float:
@@ -271,6 +412,17 @@ class _LlamaParts:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.arch = ARCHITECTURES[config.model_type]
+        self.final_scale = norm_weight(self.final_norm, self.arch)
+        self.act = _ACTIVATIONS[getattr(config, "hidden_act", "silu")]
+        self.windows = layer_windows(model)
+        scale = inner.embed_tokens.embed_scale if self.arch.scaled_embedding else None
+        self.embed_scale = scale.to(self.embed.dtype) if scale is not None else None
+
+    def embedded(self, ids: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
+        """The embedding rows of ``ids`` (times the embedding's scale where the architecture has one: Gemma)."""
+        x = F.embedding(ids, self.embed, padding_idx=padding_idx)
+        return x * self.embed_scale if self.embed_scale is not None else x
 
 
 class LlamaDecoder(_LlamaParts):
@@ -284,7 +436,7 @@ class LlamaDecoder(_LlamaParts):
         super().__init__(model)
         # Two column blocks per product on a CPU with two intra-op threads (see _Product), else plain products.
         parts = 2 if self.embed.device.type == "cpu" and torch.get_num_threads() == 2 else 1
-        self.layers = [_Layer(layer, self.head_dim, parts) for layer in model.model.layers]
+        self.layers = [_Layer(layer, self.head_dim, parts, self.arch) for layer in model.model.layers]
         self.final_eps = _eps_tensor(self.final_norm)
         # Angles depend on the position alone unless the RoPE type rescales with the length seen so far
         # (transformers' dynamic_rope_update: "dynamic" NTK and "longrope"); then they are computed per step.
@@ -308,15 +460,21 @@ class LlamaDecoder(_LlamaParts):
         return None if base is None else cls(base)
 
     def _attention_block(
-        self, i: int, x: torch.Tensor, rotations: torch.Tensor, start: int, mask: torch.Tensor
+        self, i: int, x: torch.Tensor, rotations: torch.Tensor, start: int, mask: torch.Tensor, low: int = 0
     ) -> torch.Tensor:
         """One layer on ``x [b, t, hidden]`` whose tokens go to buffer slots ``start .. start+t``.
 
-        ``mask``: in a decode step, ``[b*K, 1, start+1]`` added to the scores (0 or -inf); in the prompt pass, a
-        boolean ``[b, 1, t, t]``, True where a query may see a key.
+        ``mask``: in a decode step, ``[b*K, 1, start+1-low]`` added to the scores (0 or -inf) of buffer slots
+        ``low .. start`` (``low > 0``: a sliding window); in the prompt pass, a boolean ``[b, 1, t, t]``, True where
+        a query may see a key.
         """
         layer, (b, t, _), d, heads, kv = self.layers[i], x.shape, self.head_dim, self.heads, self.kv_heads
         qkv = layer.qkv(_normalize(x, layer.eps1)).view(b, t, heads + 2 * kv, d)
+        if layer.qk_norms is not None:  # Qwen3: per-head RMSNorms on q and k before RoPE
+            (q_w, _), (k_w, _) = layer.qk_norms
+            q_eps, k_eps = layer.qk_eps
+            qkv[:, :, :heads] = _normalize(qkv[:, :, :heads], q_eps) * q_w
+            qkv[:, :, heads : heads + kv] = _normalize(qkv[:, :, heads : heads + kv], k_eps) * k_w
         _rope(qkv[:, :, : heads + kv], rotations)  # on q and k at once
         qkv = qkv.transpose(1, 2)
         # Keys and values in separate buffers: a slice [:, :, :end] of a [b, K, L, D] buffer still merges its
@@ -324,9 +482,9 @@ class LlamaDecoder(_LlamaParts):
         # made matmul copy the whole cache at every step: 60 % of a decode step).
         self.keys[i][:, :, start : start + t] = qkv[:, heads : heads + kv]
         self.values[i][:, :, start : start + t] = qkv[:, heads + kv :]
-        q, keys, values = qkv[:, :heads], self.keys[i][:, :, : start + t], self.values[i][:, :, : start + t]
+        q, keys, values = qkv[:, :heads], self.keys[i][:, :, low : start + t], self.values[i][:, :, low : start + t]
         if mask.dtype != torch.bool:  # a decode step: plain matrix products beat SDPA's CPU kernel (0.5 vs 0.75 ms)
-            end = start + 1
+            end = start + 1 - low
             groups = q.reshape(b * kv, heads // kv, d)  # query heads sharing a KV head
             scores = torch.baddbmm(mask, groups, keys.reshape(b * kv, end, d).transpose(1, 2))  # [b*K, H/K, end]
             attn = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(b * kv, end, d)).view(b, heads, 1, d)
@@ -338,10 +496,10 @@ class LlamaDecoder(_LlamaParts):
             gate, up = layer.gate_up.split(h.view(b * t, -1))
         else:
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
-        return layer.down.add_to(x, F.silu(gate) * up)
+        return layer.down.add_to(x, self.act(gate) * up)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = _normalize(x, self.final_eps) * self.final_norm.weight
+        hidden = _normalize(x, self.final_eps) * self.final_scale
         return F.linear(hidden, self.lm_head_w, self.lm_head_b).float()
 
     def _rotations_at(self, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -355,7 +513,7 @@ class LlamaDecoder(_LlamaParts):
     ) -> torch.Tensor:
         """Run left-padded prompts ``[B, T]``, keeping room for ``new`` tokens; last-position logits ``[B, V]``."""
         b, t = input_ids.shape
-        x = F.embedding(input_ids, self.embed)
+        x = self.embedded(input_ids)
         # Slots are written before they are read, so the buffers need no initialisation.
         self.keys, self.values = self._buffers(x, b, t + new)
         valid = attention.bool()
@@ -367,21 +525,29 @@ class LlamaDecoder(_LlamaParts):
         # A padding query attends to itself too, so that no row of the mask is empty (an empty row gives NaN,
         # and NaN keys would leak into real rows through 0 * NaN); its output is never used.
         allowed = causal & (valid[:, None, :] | torch.eye(t, dtype=torch.bool, device=x.device))  # [B, t, t]
+        # A sliding window counts buffer slots: a left-padded row's real tokens sit in consecutive slots, so the
+        # distance of two slots is that of their positions.
+        masks = {w: allowed if w is None else allowed & _within(t, w, x.device) for w in set(self.windows)}
         rotations = self._rotations_at(x, positions)
-        for i in range(len(self.layers)):
-            x = self._attention_block(i, x, rotations, 0, allowed[:, None])
+        for i, window in enumerate(self.windows):
+            x = self._attention_block(i, x, rotations, 0, masks[window][:, None])
         self.length = t
         return self._logits(x[:, -1])
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Append one token per row (``tokens [b]``, ``positions [b]``); returns next-token logits ``[b, V]``."""
-        x = F.embedding(tokens[:, None], self.embed)  # [b, 1, hidden]
+        x = self.embedded(tokens[:, None])  # [b, 1, hidden]
         slot, b, kv = self.length, tokens.shape[0], self.kv_heads
         self.bias[:, slot] = 0.0
-        mask = self.bias[:, None, None, : slot + 1].expand(b, kv, 1, slot + 1).reshape(b * kv, 1, slot + 1)
+        masks = {}
+        for window in set(self.windows):  # a sliding window: only the last `window` slots are read
+            low = 0 if window is None else max(0, slot + 1 - window)
+            n = slot + 1 - low
+            masks[window] = low, self.bias[:, None, None, low : slot + 1].expand(b, kv, 1, n).reshape(b * kv, 1, n)
         rotations = self._rotations_at(x, positions[:, None])
-        for i in range(len(self.layers)):
-            x = self._attention_block(i, x, rotations, slot, mask)
+        for i, window in enumerate(self.windows):
+            low, mask = masks[window]
+            x = self._attention_block(i, x, rotations, slot, mask, low)
         self.length = slot + 1
         return self._logits(x[:, -1])
 

@@ -35,8 +35,12 @@ causal kernel keeps no ``[t, t]`` scores for the backward), and where a pass's l
 elements, :meth:`LlamaTrainer.logprobs` computes log-probs and entropies chunk by chunk (:func:`head_logprobs`:
 the logits of a chunk are recomputed in the backward, never kept whole).
 
-Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (llama, mistral without a sliding window,
-qwen2; plain or LoRA linear layers; no hooks). In addition, a model in training mode with a dropout that would
+Which models qualify is :func:`lrmgym.policies.fastdecode.llama_like` (Llama, Mistral, Qwen2, Qwen3 and Gemma, the
+table in :mod:`lrmgym.policies.fastdecode`; plain or LoRA linear layers; no hooks). Qwen3's q/k norms run here as
+:class:`_Normalize` times their weight (the attention scale folded into the q norm's), Gemma's norms fold
+``1 + weight``, and a sliding-window layer gets its own additive mask (``key position <= query position - window``
+blocked) wherever some key is that far back, also on the SDPA path (then an explicit mask rather than its causal
+kernel). In addition, a model in training mode with a dropout that would
 be active (attention dropout, a LoRA dropout) does not qualify: this forward does not apply it. With transformers'
 gradient checkpointing on (``policy.gradient_checkpointing``), this forward checkpoints each decoder layer too
 (``torch.utils.checkpoint``, non-reentrant: only the layer's input is kept, the rest is recomputed). Where a model
@@ -55,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from lrmgym.policies.fastdecode import (
+    _Arch,
     _eps,
     _hooked,
     _interleaved,
@@ -64,6 +69,8 @@ from lrmgym.policies.fastdecode import (
     _rotated,
     _rotations,
     llama_like,
+    norm_weight,
+    qk_norms,
 )
 
 __all__ = [
@@ -71,6 +78,7 @@ __all__ = [
     "SDPA_MIN_KEYS",
     "LlamaTrainer",
     "causal_lm_logits",
+    "causal_lm_logprobs",
     "chunked_model_logprobs",
     "compile_unavailable",
     "head_logprobs",
@@ -152,17 +160,21 @@ class _TrainLayer:
     model: a fused forward and backward took 18 % longer than separate products).
     """
 
-    def __init__(self, layer: Any, head_dim: int) -> None:
+    def __init__(self, layer: Any, head_dim: int, arch: _Arch, window: int | None) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.window = window
         scaling = float(getattr(attn, "scaling", attn.head_dim**-0.5))  # RoPE is linear: scaling q first is the same
+        self.qk_norms = qk_norms(attn, head_dim, scaling) if arch.qk_norm else None
+        if self.qk_norms is not None:  # the scale is in the q norm's weight (the norm would undo it here)
+            scaling = 1.0
         (q_w, q_b), (k_w, self.k_b), (v_w, self.v_b), (self.o_w, self.o_b) = (
             _linear_weights(m)  # type: ignore[misc]  # llama_like checked that each is a (LoRA-)linear layer
             for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
         )
         gate_w, up_w, self.down_w = (_linear_weights(m)[0] for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))  # type: ignore[index]
         # The norms' weights are folded into the products that read them (see _Normalize).
-        n1, n2 = self.norm1.weight, self.norm2.weight
+        n1, n2 = norm_weight(self.norm1, arch), norm_weight(self.norm2, arch)
         q_rows, k_rows = (_interleaved(w.shape[0], head_dim, w.device) for w in (q_w, k_w))
         self.q_w, self.q_b = (q_w * (n1 * scaling))[q_rows], (q_b[q_rows] * scaling if q_b is not None else None)
         self.k_w, self.k_b = (k_w * n1)[k_rows], (self.k_b[k_rows] if self.k_b is not None else None)
@@ -259,19 +271,25 @@ def head_logprobs(
 
 
 _PLAIN_HEAD = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo", "olmo2"}
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo", "olmo2", "gemma"}
 )
 """Model types whose causal LM computes ``lm_head(decoder(...).last_hidden_state)`` and nothing more (no logit
 scaling or soft-capping), so that :func:`chunked_model_logprobs` may run the decoder and the head apart."""
 
 
 def chunked_model_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    targets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """Next-token log-probs ``[b, t-1]`` (and entropies) through the model's own decoder, the head in chunks.
 
-    For models the lean forward does not take (Qwen3's q/k norms, MoE layers, left padding ...) whose logits would
-    exceed :data:`LOGIT_CHUNK`: transformers' decoder gives the hidden states, :func:`head_logprobs` the rest.
+    For models the lean forward does not take (MoE layers, Gemma2, left padding ...) whose logits would exceed
+    :data:`LOGIT_CHUNK`: transformers' decoder gives the hidden states, :func:`head_logprobs` the rest.
+    ``targets [b, t-1]``: the tokens scored (default ``input_ids[:, 1:]``, the next tokens).
     ``None`` where the logits fit whole, or where the model is not one of :data:`_PLAIN_HEAD` with a plain linear
     head and no hooks on the causal LM or its head (the caller then takes ``model(...).logits``).
     """
@@ -284,7 +302,30 @@ def chunked_model_logprobs(
     if input_ids.numel() * head.weight.shape[0] <= LOGIT_CHUNK:
         return None
     hidden = get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    return head_logprobs(hidden[:, :-1], head.weight, head.bias, input_ids[:, 1:], temperature, entropy)
+    targets = input_ids[:, 1:] if targets is None else targets
+    return head_logprobs(hidden[:, :-1], head.weight, head.bias, targets, temperature, entropy)
+
+
+def causal_lm_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor, lean: bool = True
+) -> torch.Tensor | None:
+    """Log-probs ``[b, t-1]`` of ``targets [b, t-1]`` after each position, without ``[b, t, V]`` logits.
+
+    For a loss over long rows (SFT's cross-entropy is ``-logp`` of the labels): through :class:`LlamaTrainer`
+    where :func:`causal_lm_logits` would take it, else through :func:`chunked_model_logprobs`; in both the head runs
+    :data:`LOGIT_CHUNK` logit elements at a time. ``None`` where the logits fit in one chunk (the caller computes
+    them whole: the tiny model's path stays as it was) or where no chunked path applies to the model.
+    """
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(vocab, int) and input_ids.numel() * vocab <= LOGIT_CHUNK:
+        return None  # decided before building a LlamaTrainer, which the whole-logits path builds again
+    trainer = LlamaTrainer.build(model) if lean and right_padded(attention_mask) else None
+    if trainer is not None:
+        if trainer.fits_whole(input_ids.numel()):
+            return None
+        return trainer.logprobs(trainer.hidden(input_ids)[:, :-1], targets)[0]
+    chunked = chunked_model_logprobs(model, input_ids, attention_mask, targets=targets)
+    return None if chunked is None else chunked[0]
 
 
 def _steps_aside(model: Any) -> bool:
@@ -323,7 +364,10 @@ class LlamaTrainer(_LlamaParts):
     def __init__(self, model: Any, compiled: bool = False) -> None:
         super().__init__(model)
         self.padding_idx = getattr(model.model.embed_tokens, "padding_idx", None)  # no gradient from its lookups
-        self.layers = [_TrainLayer(layer, self.head_dim) for layer in model.model.layers]
+        self.layers = [
+            _TrainLayer(layer, self.head_dim, self.arch, window)
+            for layer, window in zip(model.model.layers, self.windows, strict=True)
+        ]
         self.final_eps = _eps(self.final_norm)
         self.checkpointing = _checkpointing(model)
         self._layers = functools.partial(_compiled_run(), self) if compiled else self._run
@@ -350,15 +394,17 @@ class LlamaTrainer(_LlamaParts):
         Attention runs as batched products under :data:`SDPA_MIN_KEYS` keys, through SDPA from there on.
         """
         t = ids.shape[1]
-        x = F.embedding(ids, self.embed, padding_idx=self.padding_idx)
+        x = self.embedded(ids, self.padding_idx)
         rotations = _rotations(self.rotary, x, positions)  # [b, t, 1, D/2], complex
-        fused = t + (past[0][0].shape[2] if past else 0) >= SDPA_MIN_KEYS
+        prefix = past[0][0].shape[2] if past else 0
+        fused = t + prefix >= SDPA_MIN_KEYS
         if bias is None and not fused:
             bias = self._causal(t, self.embed)
+        biases = {w: self._windowed(bias, w, positions, prefix) for w in set(self.windows)}
         kept: KV = []
         recompute = self.checkpointing and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
-            args = (layer, x, rotations, bias, past[i] if past is not None else None, group, fused)
+            args = (layer, x, rotations, biases[layer.window], past[i] if past is not None else None, group, fused)
             if recompute:  # keep the layer's input only; its activations are recomputed in the backward
                 x, k, v = torch.utils.checkpoint.checkpoint(self._layer, *args, use_reentrant=False)
             else:
@@ -380,10 +426,14 @@ class LlamaTrainer(_LlamaParts):
         b, t, _ = x.shape
         heads, kv, d = self.heads, self.kv_heads, self.head_dim
         h = _Normalize.apply(x, layer.eps1)
+        q, new_k = F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), F.linear(h, layer.k_w, layer.k_b)
+        new_k = new_k.view(b, t, kv, d)
+        if layer.qk_norms is not None:  # Qwen3: per-head RMSNorms on q and k before RoPE
+            (q_w, q_eps), (k_w, k_eps) = layer.qk_norms
+            q, new_k = _Normalize.apply(q, q_eps) * q_w, _Normalize.apply(new_k, k_eps) * k_w
         # RoPE as one complex product on each head's interleaved pairs (0.24 against 0.35 ms forward and
         # backward for rotate-half's roll, two products and a sum, on one [40, 22, 4, 32] projection)
-        q = _rotated(F.linear(h, layer.q_w, layer.q_b).view(b, t, heads, d), rotations).transpose(1, 2)
-        new_k = _rotated(F.linear(h, layer.k_w, layer.k_b).view(b, t, kv, d), rotations).transpose(1, 2)
+        q, new_k = _rotated(q, rotations).transpose(1, 2), _rotated(new_k, rotations).transpose(1, 2)
         new_v = F.linear(h, layer.v_w, layer.v_b).view(b, t, kv, d).transpose(1, 2)
         k, v = new_k, new_v
         if past is not None:
@@ -399,12 +449,12 @@ class LlamaTrainer(_LlamaParts):
             attn = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, H, t, D]
         x = x + F.linear(attn.transpose(1, 2).reshape(b, t, heads * d), layer.o_w, layer.o_b)
         h = _Normalize.apply(x, layer.eps2)
-        x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
+        x = x + F.linear(self.act(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w), layer.down_w)
         return x, new_k, new_v
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of :meth:`_run`'s final hidden states (normalized, before the final norm's weight)."""
-        return F.linear(hidden, self.lm_head_w * self.final_norm.weight, self.lm_head_b)
+        return F.linear(hidden, self.lm_head_w * self.final_scale, self.lm_head_b)
 
     def fits_whole(self, tokens: int) -> bool:
         """Whether the logits of ``tokens`` positions fit in one :data:`LOGIT_CHUNK` (else :meth:`logprobs`)."""
@@ -418,8 +468,27 @@ class LlamaTrainer(_LlamaParts):
         The final norm's weight multiplies the hidden states here rather than the head's weight (as :meth:`head`
         does), so no second ``[V, hidden]`` weight is made.
         """
-        scaled = hidden * self.final_norm.weight
+        scaled = hidden * self.final_scale
         return head_logprobs(scaled, self.lm_head_w, self.lm_head_b, targets, temperature, entropy)
+
+    def _windowed(
+        self, bias: torch.Tensor | None, window: int | None, positions: torch.Tensor, prefix: int
+    ) -> torch.Tensor | None:
+        """``bias`` for a layer with a sliding ``window`` (``None``: full attention, ``bias`` as it is).
+
+        A query at position ``p`` must not see keys at ``p - window`` or before; the ``prefix`` keys sit at positions
+        ``0 .. prefix-1`` (right-padded prompts), this pass's at ``positions [b or 1, t]``. Where no key is that far
+        back (``prefix + t <= window``), the plain bias serves.
+        """
+        t = positions.shape[1]
+        if window is None or prefix + t <= window:
+            return bias
+        keys = torch.arange(prefix, device=positions.device).expand(positions.shape[0], prefix)
+        keys = torch.cat([keys, positions], dim=1)  # [b or 1, P+t]
+        far = keys[:, None, :] <= positions[:, :, None] - window  # [b or 1, t, P+t]
+        if bias is None:  # the fused causal pass: the mask becomes explicit
+            bias = self._causal(t, self.embed)
+        return bias.masked_fill(far if bias.dim() == 2 else far[:, None], torch.finfo(self.embed.dtype).min)
 
     def _causal(self, t: int, like: torch.Tensor) -> torch.Tensor:
         blocked = torch.ones(t, t, dtype=torch.bool, device=like.device).triu(1)

@@ -22,6 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lrmgym.core import Completion, Prompt
+from lrmgym.policies.answer_format import AUTO, with_instruction
 from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.checkpoint import ModelFolderError, adapter_folder, model_folder, tokenizer_folder
 from lrmgym.policies.sampling import sample_batch, sequence_logprobs
@@ -139,6 +140,9 @@ class HFPolicy:
         device: Where to run; ``None`` keeps the model where it is.
         chat_template: Apply the tokenizer's chat template to chat prompts when it has one. Without one (or
             with ``False``), chat prompts are rendered by :func:`render_plain_chat`.
+        answer_instruction: With the chat template applied, every prompt goes through it (a text prompt as one
+            user message) after a system message with this text (``""``: none), see
+            :mod:`lrmgym.policies.answer_format`. ``None``: prompts as the env writes them.
         batch_size: Most sequences (prompt x sample) sampled in one batch.
 
     Attributes:
@@ -153,6 +157,7 @@ class HFPolicy:
         device: str | torch.device | None = None,
         chat_template: bool = True,
         batch_size: int = 64,
+        answer_instruction: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
@@ -162,6 +167,7 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.batch_size = batch_size
+        self.answer_instruction = answer_instruction
         eos = self.eos_token_ids
         if not eos:
             raise ValueError(
@@ -197,6 +203,7 @@ class HFPolicy:
 
     def render_prompt(self, prompt: Prompt) -> str:
         """The prompt as the exact text the model is conditioned on (chat template applied for chat prompts)."""
+        prompt = self._as_sent(prompt)
         if isinstance(prompt, str):
             return prompt
         if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
@@ -214,6 +221,7 @@ class HFPolicy:
         Text prompts get the tokenizer's special tokens (e.g. BOS); chat prompts rendered by a chat template
         do not (the template writes them itself).
         """
+        prompt = self._as_sent(prompt)
         text = self.render_prompt(prompt)
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         templated = not isinstance(prompt, str) and self.chat_template and has_template
@@ -221,6 +229,13 @@ class HFPolicy:
         if not ids:
             raise ValueError(f"Prompt {text!r:.80} encodes to zero tokens; give the model at least one token.")
         return list(ids)
+
+    def _as_sent(self, prompt: Prompt) -> Prompt:
+        """``prompt`` with :attr:`answer_instruction` applied where the chat template is (else as it is)."""
+        templated = self.chat_template and bool(getattr(self.tokenizer, "chat_template", None))
+        if self.answer_instruction is None or not templated:
+            return prompt
+        return with_instruction(prompt, self.answer_instruction)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Completion text: EOS and other special tokens dropped."""
@@ -276,6 +291,7 @@ class HFPolicy:
         ended with an EOS token and the marker starts with that same token, it is not repeated: the sampled EOS
         already closed the turn.
         """
+        prompt = self._as_sent(prompt)
         if isinstance(prompt, str):
             text = reply
         else:
@@ -385,6 +401,11 @@ class HFPolicyConfig(BaseModel):
     """Folder of a saved peft adapter to load on top of the model."""
     chat_template: bool = True
     """Apply the tokenizer's chat template to chat prompts when it has one."""
+    answer_instruction: str | None = None
+    """With a chat template applied: a system message before every prompt saying how to write the final answer,
+    text prompts going through the template too (as a user message). "auto" (policy=hf's preset): the env's own
+    instruction where its prompts state none (the math env's compact style), resolved when the run is composed;
+    "": the template without a system message; null: prompts as the env writes them (lrmgym.policies.answer_format)."""
     batch_size: int = Field(64, ge=1)
     """Most sequences sampled in one batch."""
     trust_remote_code: bool = False
@@ -393,7 +414,7 @@ class HFPolicyConfig(BaseModel):
     """transformers' attention kernel (`from_pretrained(attn_implementation=...)`) for `model.forward`: sampling
     through `generate` and training models the lean forward does not take. None: transformers' choice (sdpa
     where it applies). "flash_attention_2" needs the flash-attn package and a CUDA GPU. The lean training
-    forward (Llama, Mistral, Qwen2) uses SDPA from 512 positions on whatever this says."""
+    forward (Llama, Mistral, Qwen2, Qwen3, Gemma) uses SDPA from 512 positions on whatever this says."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them: less memory for long
     rollouts, about a third more compute in the update. transformers' gradient checkpointing (non-reentrant),
@@ -436,8 +457,9 @@ class HFPolicyConfig(BaseModel):
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = self._with_adapter(model)
+        instruction = "" if self.answer_instruction == AUTO else self.answer_instruction  # unresolved: no system turn
         return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
-                        batch_size=self.batch_size)  # fmt: skip
+                        batch_size=self.batch_size, answer_instruction=instruction)  # fmt: skip
 
     @model_validator(mode="after")
     def _adapter_or_lora(self) -> HFPolicyConfig:

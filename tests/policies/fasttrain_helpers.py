@@ -18,14 +18,22 @@ MODELS = [
     ("llama", {"attention_bias": True}),
     ("mistral", {"num_key_value_heads": 1, "sliding_window": None}),
     ("qwen2", {"num_key_value_heads": 2}),  # q/k/v biases
+    ("qwen3", {"num_key_value_heads": 2, "head_dim": 16, "attention_bias": True}),  # per-head q/k norms
+    ("mistral", {"num_key_value_heads": 2, "sliding_window": 4}),  # a window shorter than the rows
+    ("qwen2", {"num_key_value_heads": 4, "use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}),
+    ("gemma", {"num_key_value_heads": 2, "head_dim": 16, "pad_token_id": 0}),  # scaled embedding, 1 + w, GeGLU
 ]
 IDS = [f"{k}-{i}" for i, (k, _) in enumerate(MODELS)]
 
 
 def _model(kind: str, **extra) -> torch.nn.Module:
-    config_cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig}.get(
-        kind, transformers.Qwen2Config
-    )
+    config_cls = {
+        "llama": transformers.LlamaConfig,
+        "mistral": transformers.MistralConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+        "gemma": transformers.GemmaConfig,
+    }[kind]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config_cls(**COMMON, **extra))
     with torch.no_grad():  # random non-zero biases and norm weights, so that a dropped one would show

@@ -24,13 +24,18 @@ def _model(kind: str, **extra) -> torch.nn.Module:
         "llama": transformers.LlamaConfig,
         "mistral": transformers.MistralConfig,
         "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+        "gemma": transformers.GemmaConfig,
     }[kind]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config_cls(**COMMON, **extra))
-    with torch.no_grad():  # random non-zero biases, so that a dropped bias would show
+    with torch.no_grad():  # random non-zero biases and norm weights, so that a dropped one would show
         for module in model.modules():
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0, 0.5)
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
     return model.eval()
 
 
@@ -40,6 +45,10 @@ MODELS = [
     ("llama", {"attention_bias": True, "tie_word_embeddings": True}),
     ("mistral", {"num_key_value_heads": 1, "sliding_window": None}),
     ("qwen2", {"num_key_value_heads": 2}),  # q/k/v biases
+    ("qwen3", {"num_key_value_heads": 2, "head_dim": 16, "attention_bias": True}),  # per-head q/k norms
+    ("mistral", {"num_key_value_heads": 2, "sliding_window": 4}),  # a window shorter than the sequences
+    ("qwen2", {"num_key_value_heads": 4, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1}),
+    ("gemma", {"num_key_value_heads": 2, "head_dim": 16}),  # scaled embedding, 1 + w norms, GeGLU, tied head
     # RoPE angles computed per step (transformers rescales "dynamic" RoPE with the length seen), not from a table
     ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}),
 ]
@@ -161,12 +170,10 @@ def test_the_decoder_follows_weight_updates():
 def test_unsupported_models_use_model_forward():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=40))
     assert LlamaDecoder.build(gpt2) is None
-    qwen3 = transformers.AutoModelForCausalLM.from_config(transformers.Qwen3Config(**COMMON, head_dim=16))
-    assert LlamaDecoder.build(qwen3) is None  # q/k norms: not the supported layer
+    gemma2 = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**COMMON, head_dim=16))
+    assert LlamaDecoder.build(gemma2) is None  # soft-capping, sandwich norms: not the supported layer
     gelu = _model("llama", hidden_act="gelu")
     assert LlamaDecoder.build(gelu) is None
-    sliding = _model("mistral", sliding_window=16)
-    assert LlamaDecoder.build(sliding) is None
     hooked = _model("llama")
     hooked.lm_head.register_forward_hook(lambda mod, inp, out: out + 1.0)
     assert LlamaDecoder.build(hooked) is None  # hooks must see every forward

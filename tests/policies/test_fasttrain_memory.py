@@ -63,8 +63,12 @@ def test_chunked_logprobs_match_the_whole_logits(kind, extra, shared):
     # both large-model paths at once against model.forward
     model.zero_grad(set_to_none=True)
     ids, mask = _right_padded(ROWS)
-    plain, ent = forward_logprobs(model, ids, mask, prompt_len, 0, entropy=True, lean=False)  # model.forward
+    # one plain model.forward over the whole rows (transformers' shared-prefix pass puts a sliding window off:
+    # test_fasttrain.py::test_shared_prefix_passes_match_the_plain_model_forward)
+    plain, ent = forward_logprobs(model, ids, mask, None, 0, entropy=True, lean=False)
     real = mask[:, 1:].bool()  # padded targets hold values no caller reads (lean and model.forward differ there)
+    if prompt_len is not None:  # the shared layout computes targets from the first policy token on
+        real &= torch.arange(real.shape[1]) >= prompt_len[:, None] - 1
     (plain * torch.linspace(-1.0, 1.0, plain.numel()).view_as(plain) * real).sum().backward()
     expected = _grads(model)
     model.zero_grad(set_to_none=True)
@@ -159,18 +163,19 @@ def test_gradient_checkpointing_recomputes_layers_with_the_same_gradients(shared
     assert not LlamaTrainer.build(model.eval()).checkpointing  # eval mode: nothing to recompute
 
 
-def _qwen3() -> torch.nn.Module:
-    config = transformers.Qwen3Config(
+def _qwen3_moe() -> torch.nn.Module:
+    config = transformers.Qwen3MoeConfig(
         vocab_size=40, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32,
     )  # fmt: skip
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(config).train()
 
 
 def test_models_the_lean_forward_does_not_take_chunk_their_head_too():
-    """Qwen3 (q/k norms: model.forward) with large logits: its decoder, then the head in chunks; same numbers."""
-    model = _qwen3()
+    """Qwen3-MoE (routed experts: model.forward) with large logits: its decoder, then the head in chunks."""
+    model = _qwen3_moe()
     assert LlamaTrainer.build(model) is None
     whole = _pass(model, None)
     chunked = _pass(model, None, LOGIT_CHUNK=3 * 40)
@@ -196,4 +201,4 @@ def test_models_the_lean_forward_does_not_take_chunk_their_head_too():
         assert fasttrain.chunked_model_logprobs(gpt2, ids, mask) is None  # not a known plain-head model
         model.lm_head.register_forward_hook(lambda m, i, o: o * 2)
         assert fasttrain.chunked_model_logprobs(model, ids, mask) is None  # a hook on the head must run
-    assert fasttrain.chunked_model_logprobs(_qwen3(), ids, mask) is None  # small logits: computed whole
+    assert fasttrain.chunked_model_logprobs(_qwen3_moe(), ids, mask) is None  # small logits: computed whole

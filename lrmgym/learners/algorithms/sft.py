@@ -164,7 +164,11 @@ class MaskedCE:
 
     The loss is the mean cross-entropy over the batch's labelled positions (the targets and their EOS). Each
     :meth:`step` runs the model in train mode and leaves it in eval mode, so whoever samples or evaluates
-    between steps sees the eval-mode model.
+    between steps sees the eval-mode model. Where a batch's logits would exceed
+    :data:`~lrmgym.policies.fasttrain.LOGIT_CHUNK` elements (long rows, large vocabularies), the loss comes from
+    log-probs computed with the head in chunks (:func:`~lrmgym.policies.fasttrain.causal_lm_logprobs`), so no
+    ``[B, T, V]`` logits are made: 310 against 1 140 MB peak for one 2 048-token row at a 32k vocabulary
+    (``benchmarks/results/memory_real.md``).
 
     Args:
         model: A causal LM (``model(input_ids=..., attention_mask=...).logits``); its trainable parameters
@@ -214,13 +218,19 @@ class MaskedCE:
         import torch
         import torch.nn.functional as F
 
-        from lrmgym.policies.fasttrain import causal_lm_logits
+        from lrmgym.policies.fasttrain import causal_lm_logits, causal_lm_logprobs
 
         ids, labels = input_ids.to(self.device), labels.to(self.device)
         attention = _attention_mask(labels)
         self.model.train()
-        logits = causal_lm_logits(self.model, ids, attention)[:, :-1]  # [B, T-1, V]; the lean forward where it applies
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE)
+        labelled = labels[:, 1:] != IGNORE
+        # Long rows: log-probs with the head in chunks, never [B, T, V] logits (the same loss); else whole logits.
+        logp = causal_lm_logprobs(self.model, ids, attention, torch.where(labelled, labels[:, 1:], ids[:, 1:]))
+        if logp is not None:
+            loss = -(logp * labelled).sum() / labelled.sum()
+        else:
+            logits = causal_lm_logits(self.model, ids, attention)[:, :-1]  # [B, T-1, V]; the lean forward if it applies
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         max_norm = self.max_grad_norm if self.max_grad_norm is not None else math.inf  # inf: measure, scale by 1
