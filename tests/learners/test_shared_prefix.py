@@ -147,3 +147,29 @@ def test_prompts_run_once_per_group():
     handle.remove()
     assert calls[0] == (3, 9)  # the three distinct prompts, padded to the longest
     assert calls[1] == (7, 8)  # every row's continuation, padded to the longest (8 tokens)
+
+
+@pytest.mark.parametrize(
+    "kind, extra",
+    [
+        ("mistral", {"sliding_window": 4, "num_key_value_heads": 2}),
+        ("qwen2", {"sliding_window": 4, "use_sliding_window": True, "max_window_layers": 0, "num_key_value_heads": 2}),
+    ],
+    ids=["mistral", "qwen2-sliding"],
+)
+def test_windowed_models_through_model_forward_match_the_plain_pass(kind, extra):
+    """Through ``model.forward`` a shared prefix would be padded to the group's longest prompt, and transformers
+    counts padding slots as positions when it places a sliding window: the pass runs plain for such models."""
+    config_cls = {"mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config}[kind]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_cls(**COMMON, **extra)).eval()
+    batch = _batch()
+    assert sharing(batch.input_ids, batch.attention_mask, batch.prompt_len) is not None  # sharing would pay
+    lp, _ = forward_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len, PAD, lean=False)
+    m = batch.loss_mask.bool()
+    with torch.no_grad():
+        for row in range(len(batch.input_ids)):  # each row alone, unpadded: the reference
+            n = int(batch.attention_mask[row].sum())
+            ids = batch.input_ids[row : row + 1, :n]
+            ref = token_logprobs(model(input_ids=ids).logits, ids)[0]
+            torch.testing.assert_close(lp[row, : n - 1][m[row, : n - 1]], ref[m[row, : n - 1]], atol=1e-5, rtol=1e-5)

@@ -71,6 +71,17 @@ def _worth_sharing(owner: list[int], prompt_len: torch.Tensor, lengths: torch.Te
     return distinct * int(prompt_len.max()) + len(owner) * after <= 0.8 * len(owner) * width
 
 
+def _sliding_window(model: Any) -> bool:
+    """Whether any layer of ``model`` attends within a sliding window (Mistral; Qwen2/3, Gemma2/3 sliding layers)."""
+    config = getattr(model, "config", None)
+    if not getattr(config, "sliding_window", None):
+        return False
+    types = getattr(config, "layer_types", None)
+    if types:
+        return any(t == "sliding_attention" for t in types)
+    return bool(getattr(config, "use_sliding_window", True))
+
+
 def sharing(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: torch.Tensor | None) -> list[int] | None:
     """Each row's distinct prompt where :func:`forward_logprobs` runs prompts once; None where it runs plain.
 
@@ -152,6 +163,8 @@ def forward_logprobs(
     trainer = LlamaTrainer.build(model, compiled) if lean and right_padded(attention_mask) else None
     if owner is ...:
         owner = sharing(input_ids, attention_mask, prompt_len)
+    if trainer is None and _sliding_window(model):
+        owner = None  # model.forward places a window by cache slots, and a padded shared prompt shifts them
     if owner is None:
         if trainer is not None and not trainer.fits_whole(input_ids.numel()):  # large logits: chunk by chunk
             return trainer.logprobs(trainer.hidden(input_ids)[:, :-1], input_ids[:, 1:], temperature, entropy)
