@@ -14,7 +14,6 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,11 +26,14 @@ from lrmgym.envs.math.loaders import hash_split
 from lrmgym.envs.math.templates import render_prompt
 from lrmgym.envs.math.verify import VerifierPool
 from lrmgym.envs.rg import tasks as rg_tasks
+from lrmgym.envs.rg.rules import rule_reason
 
 __all__ = ["RGConfig", "RGEnv", "rg_pool"]
 
 MAX_DRAWS = 1000
 """How many item seeds one task may try before its split is declared empty (the test split keeps ~test_fraction)."""
+MAX_GENERATOR_FAILURES = 20
+"""A generator that raises on this many item seeds in a row (reasoning-gym's countdown gives up on some) is broken."""
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 _ITEM_SEEDS = 2**31 - 1
 
@@ -72,7 +74,7 @@ class RGConfig(BaseModel):
     (its partial credit pays a fraction for the gold answer quoted inside other text)."""
     timeout_s: float = Field(5.0, gt=0, le=60)
     """Hard wall-clock bound of one scoring call, in seconds (the worker is killed past it; the answer scores 0)."""
-    max_answer_chars: int = Field(4096, ge=1, le=100_000)
+    max_answer_chars: int = Field(16_384, ge=1, le=100_000)
     """Extracted answers longer than this score 0 without being scored."""
 
     @model_validator(mode="after")
@@ -130,13 +132,6 @@ def rg_pool() -> VerifierPool:
         return _POOL
 
 
-@lru_cache(maxsize=256)
-def _config_for(name: str, overrides: str, level: int | None, mode: str) -> str:
-    import json
-
-    return json.dumps(rg_tasks.resolve_config(name, json.loads(overrides), level, mode), sort_keys=True)
-
-
 class RGEnv(TextEnv):
     """reasoning-gym's 100+ procedural tasks, each graded by its own scorer under lrmgym's bounds and answer rules.
 
@@ -149,9 +144,10 @@ class RGEnv(TextEnv):
     2. reasoning-gym's ``score_answer`` on it in a worker process (killed at ``timeout_s``, 3 GiB address
        space), where an audit hook refuses any code the scorer would compile from the answer (several scorers
        ``eval`` it) and any process, socket or file-writing event.
-    3. A non-number, non-finite or out-of-[0, 1] score, a refusal, a timeout or a crash scores 0 with the
+    3. The task's extra rule, where reasoning-gym's scorer pays for forbidden answers (:mod:`.rules`).
+    4. A non-number, non-finite or out-of-[0, 1] score, a refusal, a timeout or a crash scores 0 with the
        reason; only our own failures (the worker cannot start, the task does not rebuild) are ungradeable.
-    4. ``reward='binary'`` (default) pays 1.0 for full marks only.
+    5. ``reward='binary'`` (default) pays 1.0 for full marks only.
     """
 
     Config = RGConfig
@@ -174,15 +170,25 @@ class RGEnv(TextEnv):
 
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
         """Task ``index``: a generator (by weight), its level, then the first item seed whose question is in split."""
-        import json
-
         cfg = self.config
         name = self._names[int(rng.choice(len(self._names), p=self._p))] if len(self._names) > 1 else self._names[0]
         level = self.level_at(name, index)
-        config = json.loads(_config_for(name, json.dumps(cfg.overrides(name), sort_keys=True), level, cfg.level_mode))
+        spec = rg_tasks.config_spec(cfg.overrides(name), level, cfg.level_mode)
+        failures = 0
         for _ in range(MAX_DRAWS):
             item_seed = int(rng.integers(_ITEM_SEEDS))
-            _, entry = rg_tasks.make_entry(name, config, item_seed)
+            try:
+                _, entry = rg_tasks.make_entry(name, spec, item_seed)
+            except rg_tasks.RGError:
+                raise
+            except Exception as err:  # noqa: BLE001 - some generators give up on some seeds: draw another
+                failures += 1
+                if failures >= MAX_GENERATOR_FAILURES:
+                    raise ValueError(
+                        f"reasoning-gym task {name!r} failed to generate {failures} items in a row with its config "
+                        f"(last: {type(err).__name__}: {err}); ease its config or level."[:400]
+                    ) from None
+                continue
             question = str(entry["question"])
             if hash_split(question, cfg.test_fraction) == cfg.split:
                 break
@@ -200,7 +206,7 @@ class RGEnv(TextEnv):
             metadata={
                 "source": "reasoning_gym",
                 "rg_task": name,
-                "rg_config": config,
+                "rg_config": spec,
                 "rg_seed": item_seed,
                 "question_sha": digest,
                 "question": question,
@@ -223,6 +229,8 @@ class RGEnv(TextEnv):
             "question_sha": meta["question_sha"],
             "answer": answer,
             "budget": 0.8 * self.config.timeout_s,
+            # the item as the task carries it, for the few generators whose items depend on the hash seed
+            "entry": {"question": meta.get("question"), "answer": task.answer, "metadata": meta.get("rg_metadata")},
         }
 
     def verify(self, task: Task, completion: Completion) -> Verdict:
@@ -231,13 +239,16 @@ class RGEnv(TextEnv):
         if not all(k in meta for k in ("rg_task", "rg_config", "rg_seed", "question_sha")):
             return Verdict.ungradeable(f"task {task.id!r} is not a reasoning-gym task (no rg_task/rg_seed metadata)")
         template = meta.get("template", self.config.template)
-        extracted = extract_answer(Completion.coerce(completion).text, template, strict=True)
+        extracted = extract_answer(Completion.coerce(completion).text, template, strict=True, raw=True)
         if extracted.answer is None:
             return _verdict(0.0, None, extracted.reason, format_ok=False)
         answer = extracted.answer
         limit = self.config.max_answer_chars
         if len(answer) > limit:
             return _verdict(0.0, answer, f"answer too long: {len(answer)} characters, the limit is {limit}")
+        refused = rule_reason(meta["rg_task"], answer, task)
+        if refused is not None:
+            return _verdict(0.0, answer, f"incorrect: lrmgym's rule for {meta['rg_task']}: {refused}")
         try:
             reply = rg_pool().send(self.score_request(task, answer), self.config.timeout_s)
         except (RuntimeError, OSError) as err:

@@ -21,6 +21,7 @@ __all__ = [
     "LEVEL_MODES",
     "RGError",
     "config_fields",
+    "config_spec",
     "has_curriculum",
     "make_entry",
     "max_level",
@@ -115,7 +116,10 @@ def _curriculum_config(name: str, level: int, mode: str) -> dict[str, Any]:
 def resolve_config(
     name: str, overrides: dict[str, Any], level: int | None = None, mode: str = "inclusive"
 ) -> dict[str, Any]:
-    """The config of generator ``name`` as plain JSON data: curriculum ``level`` (if any), then ``overrides``.
+    """The config knobs of generator ``name``: curriculum ``level`` (if any), then ``overrides``, validated.
+
+    The values are the generator's own (enums, tuples, objects); what lrmgym stores and sends is the *spec*
+    ``{"overrides": ..., "level": ..., "mode": ...}`` (plain data), from which :func:`make_entry` rebuilds them.
 
     Raises:
         RGError: an unknown knob (with the closest ones), a bad level, or a config the generator refuses.
@@ -137,16 +141,31 @@ def resolve_config(
             config.validate()
     except Exception as err:  # noqa: BLE001 - the generator's own check, reported as the user's mistake
         raise RGError(f"reasoning-gym task {name!r} refuses the config {merged}: {err}") from None
-    values = {f: getattr(config, f) for f in fields}
-    try:  # round-trip once, so that the parent and the scoring worker build from the same plain data
-        return json.loads(json.dumps(values))
-    except (TypeError, ValueError) as err:
-        raise RGError(f"the config of reasoning-gym task {name!r} is not plain data: {err}") from None
+    return {f: getattr(config, f) for f in fields}
 
 
-def make_entry(name: str, config: dict[str, Any], item_seed: int) -> tuple[Any, dict[str, Any]]:
-    """``(dataset, item)`` for ``item_seed``: the dataset built with ``seed=item_seed, size=1`` and its item 0."""
+def config_spec(overrides: dict[str, Any], level: int | None, mode: str) -> dict[str, Any]:
+    """The plain-data spec of a config (what a task records): explicit knobs, curriculum level and mode."""
+    return json.loads(json.dumps({"overrides": overrides, "level": level, "mode": mode}, sort_keys=True))
+
+
+@cache
+def _config_from_spec(name: str, spec_json: str) -> tuple[tuple[str, Any], ...]:
+    spec = json.loads(spec_json)
+    config = resolve_config(name, spec.get("overrides") or {}, spec.get("level"), spec.get("mode") or "inclusive")
+    return tuple(config.items())
+
+
+def make_entry(name: str, spec: dict[str, Any], item_seed: int) -> tuple[Any, dict[str, Any]]:
+    """``(dataset, item)`` for ``item_seed``: the dataset built with ``seed=item_seed, size=1`` and its item 0.
+
+    ``spec`` is a :func:`config_spec`. reasoning-gym seeds item 0 with ``random.Random(item_seed)``; a few
+    generators (``isomorphic_strings``, ``ransom_note``, ``polynomial_multiplication``) also depend on the
+    order of a ``set``, so on Python's hash seed: their items repeat across processes only under a fixed
+    ``PYTHONHASHSEED``.
+    """
     from reasoning_gym import create_dataset
 
+    config = dict(_config_from_spec(name, json.dumps(spec, sort_keys=True)))
     dataset = create_dataset(name, **{**config, "seed": int(item_seed), "size": 1})
     return dataset, dataset[0]
