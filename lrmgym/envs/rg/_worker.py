@@ -41,7 +41,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-_MEMORY_LIMIT_BYTES = int(os.environ.get("LRMGYM_RG_MEMORY_BYTES") or 3 << 30)
+_MEMORY_LIMIT_BYTES = int(os.environ.get("LRMGYM_RG_MEMORY_BYTES") or 2 << 30)
 _ENTRY_MEMO = 512
 
 SAFE_CALLS = frozenset(

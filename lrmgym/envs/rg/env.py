@@ -141,7 +141,7 @@ class RGEnv(TextEnv):
     the question's hash falls in the split. Grading:
 
     1. Exactly one answer in the requested format (strict, as in the math env), at most ``max_answer_chars``.
-    2. reasoning-gym's ``score_answer`` on it in a worker process (killed at ``timeout_s``, 3 GiB address
+    2. reasoning-gym's ``score_answer`` on it in a worker process (killed at ``timeout_s``, 2 GiB address
        space), where an audit hook refuses any code the scorer would compile from the answer (several scorers
        ``eval`` it) and any process, socket or file-writing event.
     3. The task's extra rule, where reasoning-gym's scorer pays for forbidden answers (:mod:`.rules`).
