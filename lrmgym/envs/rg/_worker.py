@@ -4,24 +4,27 @@ Started by :class:`lrmgym.envs.math.verify.VerifierPool` (``worker_script=`` thi
 that the parent can SIGKILL it when a scorer hangs in C code or eats memory, which no in-process timer stops.
 It imports reasoning-gym once (about 2 s) and then serves requests, one JSON object per line:
 
-    parent -> worker on stdin: ``{"task": str, "config": {...}, "seed": int, "question_sha": str,
-    "answer": str, "budget": float}`` and, in tests only, ``"stall": seconds`` (C code no timer interrupts)
-    or ``"hog": bytes`` (an allocation past the memory cap).
+    parent -> worker on stdin: ``{"task": str, "config": spec, "seed": int, "question_sha": str,
+    "answer": str, "budget": float, "entry": {"question", "answer", "metadata"}}`` and, in tests only,
+    ``"stall": seconds`` (C code no timer interrupts) or ``"hog": bytes`` (an allocation past the memory cap).
     worker -> parent on a private copy of its original stdout: ``{"status": "ok", "score": float}`` or
     ``{"status": "refused" | "timeout" | "error" | "stale", "reason": str}``.
 
-The entry is rebuilt here from ``(task, config, seed)`` (a pure function: reasoning-gym's item is seeded by
-``random.Random(seed)``), never unpickled or decoded from the parent, and checked against the question's
-SHA-256 the task carries, so a task built by another reasoning-gym version is ``stale``, not misgraded.
+The item is rebuilt here from ``(task, config spec, seed)`` (:func:`lrmgym.envs.rg.tasks.make_entry`), so the
+scorer sees the generator's own types, and checked against the question's SHA-256 that the task carries. A few
+generators depend on Python's hash seed, which differs between processes: when the rebuilt question differs,
+the item the request carries (plain JSON, with the same question hash) is scored instead; when neither matches,
+the reply is ``stale`` (the task was built by another reasoning-gym version), which the env marks ungradeable.
 
 **Code in answers.** Several reasoning-gym scorers hand the model's text to ``eval`` (``n_queens``,
 ``spiral_matrix``, ``binary_matrix``, ``string_insertion``) or to sympy's ``parse_expr`` (``countdown``,
 ``puzzle24``, ``polynomial_multiplication``, the integration tasks), which runs Python. While a scorer runs, an
 audit hook (:func:`sys.addaudithook`) inspects every source compiled from reasoning-gym or sympy's parser
 and refuses any that is not plain data or arithmetic (:func:`safe_source`): no attribute access, no
-subscripts, no names with underscores, no lambdas or comprehensions, and calls only to a short list of maths
-functions and sympy constructors. A refused answer scores 0 with the reason ``refused``. The audit hook also
-refuses process, file-writing, socket and ``ctypes`` events while a scorer runs.
+subscripts, no names with underscores, no lambdas or comprehensions, calls only to a short list of maths
+functions and sympy constructors, and no towers of powers or exponents above 10 000. A refused answer scores 0
+with the reason ``refused``. The audit hook also refuses process, file-writing, socket and ``ctypes`` events
+while a scorer runs.
 
 Only a float and status strings leave this process.
 """
@@ -63,6 +66,7 @@ _SAFE_NODES = (
 )  # fmt: skip
 _MAX_SOURCE_CHARS = 20_000
 _MAX_STRING_CONSTANT = 1_000
+_MAX_EXPONENT = 10_000  # 9**9**9 and 2**10**9 would run the scorer into its time bound; no task needs them
 # Trusted compiles a scorer triggers: sympy's parser sets up its namespace with this line.
 _TRUSTED_SOURCES = frozenset({"from sympy import *"})
 # Compiles from these files compile text that may come from the answer.
@@ -119,6 +123,13 @@ def safe_source(source: Any) -> str | None:
                 return "a long string constant"
         if isinstance(node, ast.keyword) and node.arg is None:
             return "** arguments are not allowed"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.LShift)):
+            for inner in ast.walk(node.right):
+                if isinstance(inner, ast.BinOp) and isinstance(inner.op, (ast.Pow, ast.LShift)):
+                    return "a tower of powers"
+                if isinstance(inner, ast.Constant) and isinstance(inner.value, (int, float)):
+                    if abs(inner.value) > _MAX_EXPONENT:
+                        return f"an exponent above {_MAX_EXPONENT}"
     return None
 
 
