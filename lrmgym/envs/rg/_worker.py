@@ -138,6 +138,7 @@ class _Guard:
 
     def __init__(self) -> None:
         self.armed = False
+        self.refusal: str | None = None  # set when the hook refused, even if the scorer swallowed the exception
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
         if not self.armed:
@@ -148,19 +149,21 @@ class _Guard:
                 return
             why = safe_source(args[0])
             if why is not None:
-                self.armed = False  # the exception's own machinery must not re-enter the hook
-                raise Refused(f"code in the answer ({why})")
+                self._refuse(f"code in the answer ({why})")
         elif event == "open":
             mode = args[1] if len(args) > 1 else "r"
             flags = args[2] if len(args) > 2 else 0
             if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
             ):
-                self.armed = False
-                raise Refused("the scorer tried to open a file for writing")
+                self._refuse("the scorer tried to open a file for writing")
         elif event.startswith(_REFUSED_EVENTS):
-            self.armed = False
-            raise Refused(f"the scorer raised the audit event {event!r}")
+            self._refuse(f"the scorer raised the audit event {event!r}")
+
+    def _refuse(self, why: str) -> None:
+        self.armed = False  # the exception's own machinery must not re-enter the hook
+        self.refusal = why
+        raise Refused(why)
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -204,7 +207,7 @@ class _Scorer:
         signal.setitimer(signal.ITIMER_REAL, budget)
         try:
             _test_hooks(request)
-            self.guard.armed = True
+            self.guard.armed, self.guard.refusal = True, None
             try:
                 value = dataset.score_answer(answer, entry)
             finally:
@@ -221,6 +224,8 @@ class _Scorer:
             return {"status": "error", "reason": f"the scorer raised {type(err).__name__}"}
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if self.guard.refusal is not None:  # a scorer with a bare ``except:`` swallowed the refusal
+            return {"status": "refused", "reason": self.guard.refusal[:200]}
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return {"status": "error", "reason": f"the scorer returned a {type(value).__name__}, not a number"}
         value = float(value)
