@@ -49,9 +49,10 @@ class RGConfig(BaseModel):
     """With a list of tasks: their sampling weights (default: equal)."""
     config: dict[str, Any] = Field(default_factory=dict)
     """The generator's config knobs ({'min_numbers': 3}); with a list of tasks, one mapping per task name."""
-    level: int | None = Field(None, ge=0)
-    """A curriculum level of reasoning-gym's difficulty attributes (0 = easiest); None keeps the generator's
-    defaults. Explicit knobs in config override the level's values."""
+    level: int | dict[str, int] | None = None
+    """A curriculum level of reasoning-gym's difficulty attributes (0 = easiest) for all of them, or one per
+    attribute ({numbers: 2, target: 0}; the others stay at 0); None keeps the generator's defaults. Explicit knobs
+    in config override the level's values."""
     level_every: int | None = Field(None, ge=1)
     """With level: raise the level by one every this many tasks of the stream, up to the task's last level (a
     training run's task index is step x prompts_per_step + i, so level_every = prompts_per_step x steps per level)."""
@@ -90,6 +91,9 @@ class RGConfig(BaseModel):
                 raise ValueError(f"weights={self.weights} needs one weight per task of a task list, got tasks {names}")
             if any(not math.isfinite(w) or w < 0 for w in self.weights) or sum(self.weights) <= 0:
                 raise ValueError(f"weights={self.weights} must be finite, non-negative and not all 0")
+        levels = self.level.values() if isinstance(self.level, dict) else [self.level]
+        if any(v is not None and v < 0 for v in levels):
+            raise ValueError(f"level={self.level} must be non-negative (0 is the easiest level)")
         if self.level_every is not None and self.level is None:
             raise ValueError(f"level_every={self.level_every} needs a starting level; set level=0")
         extra = dict(self.model_extra or {})
@@ -160,12 +164,18 @@ class RGEnv(TextEnv):
         self._names, self._p = names, weights / weights.sum()
 
     # ---- tasks
-    def level_at(self, name: str, index: int) -> int | None:
-        """The curriculum level of task ``index``: ``level + index // level_every``, capped at the last level."""
+    def level_at(self, name: str, index: int) -> int | dict[str, int] | None:
+        """The curriculum level of task ``index``: ``level + index // level_every``, capped at the last level.
+
+        With one level per attribute, each rises by the same step, capped at that attribute's last level.
+        """
         cfg = self.config
         if cfg.level is None:
             return None
         step = index // cfg.level_every if cfg.level_every else 0
+        if isinstance(cfg.level, dict):
+            tops = rg_tasks.attribute_levels(name)
+            return {a: min(v + step, tops.get(a, v)) for a, v in cfg.level.items()}
         return min(cfg.level + step, rg_tasks.max_level(name))
 
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
@@ -211,7 +221,8 @@ class RGEnv(TextEnv):
                 "question_sha": digest,
                 "question": question,
                 "split": cfg.split,
-                "difficulty": level,
+                "difficulty": max(level.values(), default=0) if isinstance(level, dict) else level,
+                "rg_level": level,
                 "template": cfg.template,
                 "index": index,
                 "rg_metadata": entry.get("metadata", {}),

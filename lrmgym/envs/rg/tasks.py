@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "LEVEL_MODES",
     "RGError",
+    "attribute_levels",
     "config_fields",
     "config_spec",
     "has_curriculum",
@@ -97,24 +98,48 @@ def max_level(name: str) -> int:
     return max((len(a.levels) - 1 for a in curriculum.attributes.values()), default=0)
 
 
-def _curriculum_config(name: str, level: int, mode: str) -> dict[str, Any]:
+def attribute_levels(name: str) -> dict[str, int]:
+    """The difficulty attributes of ``name``'s curriculum and the last level of each (empty without one)."""
+    _, curricula = _registry()
+    if name not in curricula:
+        return {}
+    return {a: len(d.levels) - 1 for a, d in curricula[name]().attributes.items()}
+
+
+def _curriculum_config(name: str, level: int | dict[str, int], mode: str) -> dict[str, Any]:
     from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
 
     _, curricula = _registry()
     if name not in curricula:
         raise RGError(f"reasoning-gym task {name!r} has no curriculum: remove env.level, set its knobs directly.")
-    top = max_level(name)
-    if not 0 <= level <= top:
-        raise RGError(f"env.level={level} is out of range for {name!r}: its curriculum has levels 0 to {top}.")
     curriculum = curricula[name]()
-    curriculum.set_global_level(level)
+    tops = attribute_levels(name)
+    if isinstance(level, dict):
+        for attr, value in level.items():
+            if attr not in tops:
+                close = difflib.get_close_matches(str(attr), list(tops), n=1, cutoff=0.5)
+                hint = f" Did you mean {close[0]}?" if close else ""
+                listing = ", ".join(f"{a} (0-{t})" for a, t in tops.items())
+                raise RGError(
+                    f"reasoning-gym task {name!r} has no difficulty attribute {attr!r}.{hint} It has {listing}."
+                )
+            if not isinstance(value, int) or not 0 <= value <= tops[attr]:
+                raise RGError(
+                    f"env.level.{attr}={value!r} is out of range for {name!r}: its levels are 0 to {tops[attr]}."
+                )
+            curriculum.set_attr_level(attr, value)
+    else:
+        top = max_level(name)
+        if not 0 <= level <= top:
+            raise RGError(f"env.level={level} is out of range for {name!r}: its curriculum has levels 0 to {top}.")
+        curriculum.set_global_level(level)
     context = DefaultCurriculumContext(mode=RangeAttributeMode(mode))
     config = curriculum.generate_configuration(context=context)
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in _RESERVED}
 
 
 def resolve_config(
-    name: str, overrides: dict[str, Any], level: int | None = None, mode: str = "inclusive"
+    name: str, overrides: dict[str, Any], level: int | dict[str, int] | None = None, mode: str = "inclusive"
 ) -> dict[str, Any]:
     """The config knobs of generator ``name``: curriculum ``level`` (if any), then ``overrides``, validated.
 
@@ -144,7 +169,7 @@ def resolve_config(
     return {f: getattr(config, f) for f in fields}
 
 
-def config_spec(overrides: dict[str, Any], level: int | None, mode: str) -> dict[str, Any]:
+def config_spec(overrides: dict[str, Any], level: int | dict[str, int] | None, mode: str) -> dict[str, Any]:
     """The plain-data spec of a config (what a task records): explicit knobs, curriculum level and mode."""
     return json.loads(json.dumps({"overrides": overrides, "level": level, "mode": mode}, sort_keys=True))
 

@@ -212,3 +212,17 @@ def test_score_group_in_parallel_keeps_order():
     verdicts = env.score_group(task, [answer(task.answer), answer("0"), "", answer(task.answer)])
     assert [v.score for v in verdicts] == [1.0, 0.0, 0.0, 1.0]
     assert rg_pool().size >= 1
+
+
+def test_one_level_per_attribute():
+    env = env_for("countdown", level={"numbers": 3}, level_every=4, level_mode="upper_bound")
+    env.reset(seed=0)
+    first, later = env.task_at(0), env.task_at(4)
+    assert first.metadata["rg_level"] == {"numbers": 3} and later.metadata["rg_level"] == {"numbers": 4}
+    assert first.difficulty == 3
+    # the numbers attribute's levels are 3, 6, 9, 12, 15; upper_bound at level 3 keeps the range 12-15
+    assert len(first.metadata["rg_metadata"]["numbers"]) >= 12
+    with pytest.raises(ValidationError, match="no difficulty attribute 'nmbers'. Did you mean numbers"):
+        RGConfig(task="countdown", level={"nmbers": 1})
+    with pytest.raises(ValidationError, match=r"env.level.numbers=7 is out of range"):
+        RGConfig(task="countdown", level={"numbers": 7})
