@@ -8,6 +8,7 @@ default a binary reward (reasoning-gym's partial credit pays for the gold quoted
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import os
@@ -101,7 +102,17 @@ class RGConfig(BaseModel):
             raise ValueError(
                 f"knobs {sorted(extra)} given for a task list; put them under config.<task> (config={{task: {{...}}}})"
             )
-        if not isinstance(self.task, str):
+        if isinstance(self.task, str):
+            knobs = rg_tasks.config_fields(resolved[0])
+            for key in extra:
+                if key not in knobs:
+                    close = difflib.get_close_matches(key, [*type(self).model_fields, *knobs], n=2, cutoff=0.6)
+                    hint = f" Did you mean {', '.join(close)}?" if close else ""
+                    raise ValueError(
+                        f"{key!r} is neither an option of env=rg nor a knob of reasoning-gym task "
+                        f"{resolved[0]!r}.{hint} Its knobs: {', '.join(knobs)}."
+                    )
+        else:
             unknown = sorted(set(self.config) - set(names))
             if unknown:
                 raise ValueError(f"config keys {unknown} are not in the task list {names}; key config by task name")

@@ -38,7 +38,11 @@ def test_envs_sample_rg():
     ("args", "expected"),
     [
         (("envs", "sample", "rg", "task=countdwn"), "unknown reasoning-gym task 'countdwn'. Did you mean countdown"),
-        (("envs", "sample", "rg", "task=countdown", "min_numbrs=3"), "no config knob 'min_numbrs'. Did you mean"),
+        (("envs", "sample", "rg", "task=countdown", "min_numbrs=3"), "'min_numbrs' is neither an option of env=rg"),
+        (
+            ("config", "show", "env=rg", "env.timout_s=3"),
+            "a knob of reasoning-gym task 'basic_arithmetic'. Did you mean",
+        ),
         (("envs", "sample", "rg", "task=countdown", "level=99"), "env.level=99 is out of range for 'countdown'"),
         (("config", "show", "env=rg", "env.task=countdwn"), "unknown reasoning-gym task 'countdwn'. Did you mean"),
     ],

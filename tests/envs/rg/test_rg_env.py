@@ -72,6 +72,10 @@ def test_unknown_knob_names_the_knob_and_the_close_one():
         RGConfig(task="countdown", min_numbrs=3)
     message = str(info.value.errors()[0]["msg"])
     assert "'min_numbrs'" in message and "min_numbers" in message
+    with pytest.raises(ValidationError, match="Did you mean timeout_s"):  # a typo of an env option, not a knob
+        RGConfig(task="countdown", timout_s=3)
+    with pytest.raises(ValidationError, match="no config knob 'min_numbrs'"):
+        RGConfig(task="countdown", config={"min_numbrs": 3})
 
 
 def test_knobs_from_extra_keys_and_from_config_are_the_generators():
