@@ -48,12 +48,14 @@ BLOCKS: dict[str, Callable[[str], bool]] = {
     "eval_suites": lambda first: first.startswith("lrmgym eval eval=aime24 "),
     "entry_point_toml": lambda first: first == '[project.entry-points."lrmgym.envs"]',
     "layout": lambda first: first.startswith("lrmgym/core.py "),
+    "rg": lambda first: first.startswith("lrmgym envs sample rg "),
 }
 """Each README block by its first line; the test named after it runs it."""
 SKIPPED = {
     "setup_run": "a fresh venv and pip install; its `lrmgym run env=math learner=grpo` (10 minutes) is pinned by "
     "test_readme_default_run_trains_the_steps_the_readme_states and the loop's tests",
     "setup_tests": "a fresh venv and pip install; .ci/run runs it word for word on a fresh clone",
+    "rg": "needs reasoning-gym (the rg extra): tests/envs/rg/test_rg_cli.py::test_readme_rg_block runs it",
 }
 """Blocks not executed here, with the reason."""
 TINY_RUN = (

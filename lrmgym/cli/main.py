@@ -54,8 +54,11 @@ def _load_env(env_id: str, options: dict[str, Any]):
     from pydantic import ValidationError
 
     import lrmgym
-    from lrmgym.configs.resolve import ConfigError, format_error
+    from lrmgym.configs.resolve import ConfigError, format_error, list_presets, load_preset
 
+    if env_id in list_presets("env"):  # a preset name (`envs sample rg task=countdown`): its id and options
+        preset = load_preset("env", env_id)
+        env_id, options = str(preset.pop("id")), {**preset, **options}
     try:
         return lrmgym.make(env_id, **options)
     except lrmgym.UnknownEnvError as err:
@@ -174,7 +177,10 @@ def envs_show(env_id: str) -> None:
 @click.option("-n", "--count", default=3, show_default=True, type=click.IntRange(1, 1000), help="How many tasks.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per task instead of text.")
 def envs_sample(env_id: str, options: tuple[str, ...], seed: int, count: int, as_json: bool) -> None:
-    """Print the first tasks of ENV_ID's stream SEED. OPTIONS are env options as KEY=VALUE."""
+    """Print the first tasks of ENV_ID's stream SEED. OPTIONS are env options as KEY=VALUE.
+
+    ENV_ID is a registered id (Math-v0) or an env preset (rg, gsm8k), whose options OPTIONS override.
+    """
     env = _load_env(env_id, _parse_options(options))
     try:
         env.reset(seed=seed)

@@ -13,6 +13,7 @@ multi-megabyte completion costs milliseconds.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -81,7 +82,7 @@ def _clean(answer: str) -> str:
     return answer
 
 
-def _extract_boxed(text: str, strict: bool, limit: int) -> Extraction:
+def _extract_boxed(text: str, strict: bool, limit: int, clean: Callable[[str], str]) -> Extraction:
     boxes = list(_BOX_RE.finditer(text))
     if not boxes:
         return _fail("no \\boxed{} answer")
@@ -91,10 +92,10 @@ def _extract_boxed(text: str, strict: bool, limit: int) -> Extraction:
     inner = braced(text, box.end() - 1, limit)
     if inner is None:
         return _fail(f"\\boxed{{ is not closed within {limit} characters")
-    return Extraction(_clean(inner))
+    return Extraction(clean(inner))
 
 
-def _extract_r1(text: str, strict: bool) -> Extraction:
+def _extract_r1(text: str, strict: bool, clean: Callable[[str], str]) -> Extraction:
     opens, closes = text.count("<answer>"), text.count("</answer>")
     if opens == 0:
         return _fail("no <answer> tag")
@@ -112,11 +113,11 @@ def _extract_r1(text: str, strict: bool) -> Extraction:
             return _fail("text outside <think>...</think> before <answer>")
         if text[end + len("</answer>") :].strip():
             return _fail("text after </answer>")
-    answer = _clean(text[start + len("<answer>") : end])
+    answer = clean(text[start + len("<answer>") : end])
     return Extraction(answer) if answer else _fail("empty <answer>")
 
 
-def _extract_plain(text: str, strict: bool) -> Extraction:
+def _extract_plain(text: str, strict: bool, clean: Callable[[str], str]) -> Extraction:
     matches = list(_ANSWER_LINE_RE.finditer(text))
     if not matches:
         return _fail("no 'Answer:' line")
@@ -125,11 +126,13 @@ def _extract_plain(text: str, strict: bool) -> Extraction:
     last = matches[-1]
     if strict and text[last.end() :].strip():
         return _fail("text after the 'Answer:' line")
-    answer = _clean(last.group(1))
+    answer = clean(last.group(1))
     return Extraction(answer) if answer else _fail("empty 'Answer:' line")
 
 
-def extract_answer(text: str, template: Template, *, strict: bool = True, max_answer_chars: int = 1000) -> Extraction:
+def extract_answer(
+    text: str, template: Template, *, strict: bool = True, max_answer_chars: int = 1000, raw: bool = False
+) -> Extraction:
     r"""Extract the final answer of ``text`` in the format of ``template``.
 
     Args:
@@ -139,16 +142,19 @@ def extract_answer(text: str, template: Template, *, strict: bool = True, max_an
         strict: Require exactly one answer in exactly the format (default). When ``False`` the last answer
             in the format is taken and surrounding text is ignored.
         max_answer_chars: How far a ``\boxed{`` is scanned for its closing brace.
+        raw: Return the answer as written, only stripped of surrounding whitespace: no ``$``/``\(...\)``
+            delimiters, enclosing box or final period removed (for answers that are sentences or grids).
 
     Returns:
         An :class:`Extraction`; on a format failure ``answer`` is ``None`` and ``reason`` says why.
     """
     if not isinstance(text, str):
         return _fail(f"completion is a {type(text).__name__}, not text")
+    clean = str.strip if raw else _clean
     if template == "boxed":
-        return _extract_boxed(text, strict, max_answer_chars)
+        return _extract_boxed(text, strict, max_answer_chars, clean)
     if template == "r1":
-        return _extract_r1(text, strict)
+        return _extract_r1(text, strict, clean)
     if template == "plain":
-        return _extract_plain(text, strict)
+        return _extract_plain(text, strict, clean)
     raise ValueError(f"Unknown answer template {template!r}; expected one of {', '.join(TEMPLATES)}.")

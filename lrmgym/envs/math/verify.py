@@ -345,10 +345,10 @@ class _Worker:
         self.phase = "gold"  # how far the current request got: "gold" until the worker has read the gold
 
     @classmethod
-    def start(cls) -> _Worker:
+    def start(cls, script: Path = _WORKER_SCRIPT) -> _Worker:
         env = dict(os.environ, LRMGYM_VERIFIER_PARENT=str(os.getpid()))
         proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, str(_WORKER_SCRIPT)],
+            [sys.executable, "-c", _BOOTSTRAP, str(script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -360,8 +360,8 @@ class _Worker:
         if ready is None or ready.get("status") != "ready":
             worker.kill()
             raise RuntimeError(
-                f"The math verifier worker did not start within {_WORKER_START_TIMEOUT_S:.0f} s "
-                f"(exit code {proc.poll()}). Check that `{sys.executable} -c 'import math_verify'` works."
+                f"The verifier worker {script.name} did not start within {_WORKER_START_TIMEOUT_S:.0f} s (exit "
+                f"code {proc.poll()}). Check that `{sys.executable} {script}` starts (its imports are installed)."
             )
         return worker
 
@@ -442,9 +442,12 @@ class VerifierPool:
     Args:
         size: How many workers at most. Default: ``$LRMGYM_VERIFIER_WORKERS``, else the number of CPUs, at
             least 2 and at most 8.
+        worker_script: The worker program (default: math-verify's, :mod:`._worker`). Another checker (the
+            reasoning-gym env's) passes its own script speaking the same protocol: one JSON request per line,
+            ``{"status": "ready"}`` once started, then one JSON reply with a ``"status"`` per request.
     """
 
-    def __init__(self, size: int | None = None) -> None:
+    def __init__(self, size: int | None = None, *, worker_script: Path | None = None) -> None:
         if size is None and os.environ.get("LRMGYM_VERIFIER_WORKERS"):
             raw = os.environ["LRMGYM_VERIFIER_WORKERS"]
             if not raw.isdigit() or int(raw) < 1:
@@ -453,6 +456,7 @@ class VerifierPool:
         if size is not None and (not isinstance(size, int) or size < 1):
             raise ValueError(f"VerifierPool size must be a positive integer, got {size!r}.")
         self.size = size or max(2, min(8, os.cpu_count() or 2))
+        self.worker_script = Path(worker_script) if worker_script is not None else _WORKER_SCRIPT
         self._init_state()
         _POOLS.add(self)
 
@@ -475,7 +479,7 @@ class VerifierPool:
                 return
             box, done = item
             try:
-                box.append(_Worker.start())
+                box.append(_Worker.start(self.worker_script))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
                 box.append(exc)
             done.set()
@@ -554,6 +558,15 @@ class VerifierPool:
         request: dict[str, Any] = {"gold": gold, "pred": prediction, "budget": timeout_s * _SOFT_BUDGET_FRACTION}
         if numeric_of is not None:
             request["numeric_of"] = numeric_of
+        return self._run(request, timeout_s)
+
+    def send(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request (any JSON object the worker script understands) under the hard bound ``timeout_s``.
+
+        Returns:
+            The worker's reply, or ``{"status": "hard_timeout" | "crashed", "equal": False, "phase": ...}`` when
+            the worker was killed at the bound or died (it is then replaced).
+        """
         return self._run(request, timeout_s)
 
     def _run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
