@@ -160,9 +160,7 @@ def parse_tool_call(text: str, example: str = "") -> ToolCall | None:
         except (ValueError, RecursionError):
             pass
     if not isinstance(arguments, dict):
-        return ToolCall(
-            name=value["name"], error=f'"arguments" must be a JSON object.{hint}', extra_calls=extra
-        )
+        return ToolCall(name=value["name"], error=f'"arguments" must be a JSON object.{hint}', extra_calls=extra)
     unknown = sorted(set(value) - {"name", "arguments"})
     if unknown:
         return ToolCall(
@@ -191,11 +189,11 @@ def defuse(text: str) -> str:
 
 
 def tool_response(text: str, chat: bool) -> str:
-    """The env turn that carries a tool's result (already bounded and defused).
+    r"""The env turn that carries a tool's result (already bounded and defused).
 
-    Chat prompts: the content of the next message (``<tool_response>\\n...\\n</tool_response>``, what the Qwen
+    Chat prompts: the content of the next message (``<tool_response>\n...\n</tool_response>``, what the Qwen
     templates render for the ``tool`` role). Text prompts: the same block on lines of its own, so the transcript
-    reads ``...</tool_call>\\n<tool_response>\\n...\\n</tool_response>\\n`` and the policy continues after it.
+    reads ``...</tool_call>\n<tool_response>\n...\n</tool_response>\n`` and the policy continues after it.
     """
     block = f"{RESPONSE_OPEN}\n{text}\n{RESPONSE_CLOSE}"
     return block if chat else f"\n{block}\n"
@@ -254,6 +252,7 @@ class PythonTool:
         workers: Calls run at once.
         max_code_chars: Longer code is rejected without being run.
         python: The interpreter inside the sandbox (standard library only); ``None``: the pool's choice.
+        hide: Host folders the unshare fallback must also cover (the task's data set: it holds the gold answers).
     """
 
     name = "python"
@@ -265,12 +264,14 @@ class PythonTool:
         workers: int | None = None,
         max_code_chars: int = 20_000,
         python: str | None = None,
+        hide: Sequence[str] = (),
     ) -> None:
         from lrmgym.envs.code.sandbox import Limits
 
         self.limits = limits or Limits(timeout_s=5.0, memory_mb=512, output_bytes=1 << 16, tmpfs_mb=16)
         self.sandbox, self.workers, self.python = sandbox, workers, python
         self.max_code_chars = max_code_chars
+        self.hide = tuple(hide)
         self._pool: Any = None
         self._lock = threading.Lock()
 
@@ -281,7 +282,9 @@ class PythonTool:
 
         with self._lock:
             if self._pool is None:
-                self._pool = SandboxPool(self.sandbox, workers=self.workers, limits=self.limits, python=self.python)
+                self._pool = SandboxPool(
+                    self.sandbox, workers=self.workers, limits=self.limits, python=self.python, hide=self.hide
+                )
             return self._pool
 
     def schema(self) -> dict[str, Any]:
@@ -312,7 +315,7 @@ class PythonTool:
         code = arguments.get("code")
         if unknown or not isinstance(code, str):
             what = f"unknown argument(s) {', '.join(map(repr, unknown))}" if unknown else 'no string argument "code"'
-            return _done(ToolResult(f"error: {what}; python takes {{\"code\": \"...\"}}. {self.example()}", "rejected"))
+            return _done(ToolResult(f'error: {what}; python takes {{"code": "..."}}. {self.example()}', "rejected"))
         if len(code) > self.max_code_chars:
             return _done(ToolResult(f"error: the code has {len(code)} characters, more than {self.max_code_chars}.",
                                     "rejected"))  # fmt: skip
@@ -391,9 +394,9 @@ class ToolOptions(BaseModel):
             tmpfs_mb=16,
         )  # fmt: skip
 
-    def python_tool(self) -> PythonTool:
-        """The ``python`` tool these options describe."""
-        return PythonTool(self.tool_limits(), self.sandbox, self.tool_workers, self.max_code_chars)
+    def python_tool(self, hide: Sequence[str] = ()) -> PythonTool:
+        """The ``python`` tool these options describe; ``hide``: data folders the sandbox must not show."""
+        return PythonTool(self.tool_limits(), self.sandbox, self.tool_workers, self.max_code_chars, hide=hide)
 
 
 def tool_instructions(tools: Mapping[str, Tool], max_calls: int, timeout_s: float, compact: bool = False) -> str:

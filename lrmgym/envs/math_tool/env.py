@@ -15,15 +15,17 @@ root built from read-only system folders only (with the unshare fallback, host d
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from lrmgym.core import TextEnv
+from lrmgym.envs.math import loaders
 from lrmgym.envs.math.env import MathConfig, MathEnv
 from lrmgym.envs.tools import Tool, ToolOptions, ToolUseEnv
 
-__all__ = ["MathToolConfig", "MathToolEnv"]
+__all__ = ["MathToolConfig", "MathToolEnv", "data_folders"]
 
 
 class MathToolConfig(MathConfig, ToolOptions):
@@ -38,6 +40,20 @@ class MathToolConfig(MathConfig, ToolOptions):
         """The options of the wrapped math env."""
         tool_fields = set(ToolOptions.model_fields)
         return {k: v for k, v in self.model_dump().items() if k not in tool_fields}
+
+
+def data_folders(config: MathConfig) -> list[str]:
+    """The folders that hold the env's data set (and so its gold answers): none for the generator.
+
+    The unshare fallback covers them in every tool sandbox (it shows host folders it does not cover); bubblewrap
+    shows none of them anyway.
+    """
+    if config.source == "procedural":
+        return []
+    if config.source in ("gsm8k", "math500"):
+        return [str(Path(config.data_dir).expanduser() if config.data_dir else loaders.default_data_dir())]
+    source = Path(config.source).expanduser().resolve()
+    return [str(source if source.is_dir() else source.parent)]
 
 
 class MathToolEnv(ToolUseEnv):
@@ -59,8 +75,8 @@ class MathToolEnv(ToolUseEnv):
         return MathEnv(**self.config.inner_options())
 
     def build_tools(self) -> dict[str, Tool]:
-        """The ``python`` tool."""
-        return {"python": self.config.python_tool()}
+        """The ``python`` tool; the folder of the data set (which holds the gold answers) is hidden from it."""
+        return {"python": self.config.python_tool(hide=data_folders(self.config))}
 
     @property
     def num_items(self) -> int | None:
