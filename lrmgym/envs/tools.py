@@ -54,6 +54,23 @@ Wrapping another env (the pattern ``env=math_tool`` follows)::
 
 The inner env makes the tasks (the tool instructions are added to their prompts) and grades every turn that has
 no tool call; this class does the rest.
+
+Sampling: with ``lrmgym run``, set ``learner.stop=[</tool_call>]`` so that a call ends its turn (a chat model
+trained on this format ends it with its end-of-turn token anyway); text after the call in the same turn is not
+graded either way.
+
+Trainers:
+
+- **lrmgym's learners** run tool episodes like any multi-turn env (:mod:`lrmgym.episodes`): the tool response is an
+  env turn, its tokens are the policy's own encoding of it, masked out of the loss.
+- **OpenRLHF** (``lrmgym export openrlhf env=math_tool``): the env is multi-turn, so the export writes
+  ``agent_func.py``, whose ``step`` grades each turn and returns the tool's response as the environment feedback
+  (OpenRLHF keeps it out of the action mask). OpenRLHF's sampler takes no stop strings: the model must end its turn
+  after the call (Hermes/Qwen chat models do).
+- **verl** is refused (``lrmgym export verl``): its ``ToolAgentLoop`` (``multi_turn.tool_config_path``, a
+  ``BaseTool`` per tool, ``max_user_turns`` as the cap) could run this tool, but its reward function is handed the
+  whole decoded response, tool responses included and with no turn boundaries, so it cannot grade only the turn
+  without a call: a tool that prints an answer block would be paid as the policy's answer.
 """
 
 from __future__ import annotations
