@@ -238,3 +238,9 @@ def test_the_sandbox_job_holds_the_code_and_nothing_of_the_task(env, monkeypatch
     for secret in (GOLD, "306091215", task.id):
         assert secret.encode() not in sent[0]
     assert json.dumps("print(1 + 1)")[1:-1].encode() in sent[0]
+
+
+def test_the_env_passes_check_env(env):
+    from lrmgym.testing import check_env
+
+    check_env(env, n_tasks=3, reference=lambda task: r1(str(task.answer)))
