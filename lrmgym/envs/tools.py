@@ -111,8 +111,9 @@ RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 TOOL_CALL_REASON = "tool call"
 """The reason of a tool-call turn's verdict (it scores 0 and the episode goes on)."""
 
-_KEPT = 512
-"""Tool runs kept between grading (which starts them) and feedback (which reads them)."""
+_KEPT = 256
+"""Tool runs kept between grading (which starts them) and feedback (which reads them); each holds at most the
+tool's output cap."""
 _DEFUSED_TAGS = re.compile(r"<(/?\s*(?:tool_call|tool_response|think|answer)\b)", re.IGNORECASE)
 
 
@@ -553,11 +554,11 @@ class ToolUseEnv(TextEnv):
         return future
 
     def run_tool(self, task: Task, text: str) -> ToolResult:
-        """The result of the tool call in ``text`` (started by grading, else now), waited for."""
-        future = self._start(task, text)
-        with self._runs_lock:
-            self._runs.pop((task.id, text), None)
-        return future.result()
+        """The result of the tool call in ``text`` (started by grading, else now), waited for.
+
+        Runs are kept by ``(task id, turn text)`` (the latest ``_KEPT``), so the G identical calls of a group run once.
+        """
+        return self._start(task, text).result()
 
     def feedback(self, task: Task, completion: Completion, verdict: Verdict, turn: int) -> str | None:
         """The tool's result after a tool-call turn within the cap; ``None`` (the end) after anything else."""

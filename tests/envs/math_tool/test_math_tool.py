@@ -244,3 +244,16 @@ def test_the_env_passes_check_env(env):
     from lrmgym.testing import check_env
 
     check_env(env, n_tasks=3, reference=lambda task: r1(str(task.answer)))
+
+
+def test_a_groups_calls_start_at_grading_and_identical_ones_run_once(counted):
+    env, tool = counted
+    base = env.unwrapped
+    task = gold_task(env)
+    texts = [call("print(1)")] * 3 + [call("print(2)"), r1(GOLD)]
+    verdicts = base.score_group(task, texts)
+    assert [v.score for v in verdicts] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert [c["code"] for c in tool.calls] == ["print(1)", "print(2)"]  # started by grading, before any feedback
+    replies = [base.feedback(task, lrmgym.Completion(t), v, 1) for t, v in zip(texts, verdicts, strict=True)]
+    assert replies[:4] == ["\n<tool_response>\n42\n</tool_response>\n"] * 4 and replies[4] is None
+    assert len(tool.calls) == 2
