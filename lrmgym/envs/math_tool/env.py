@@ -16,9 +16,9 @@ root built from read-only system folders only (with the unshare fallback, host d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, field_validator
 
 from lrmgym.core import TextEnv
 from lrmgym.envs.math import loaders
@@ -33,8 +33,18 @@ class MathToolConfig(MathConfig, ToolOptions):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    max_turns: Literal[1] = Field(1)
+    max_turns: int = 1
     """Fixed at 1 here (no retry after a wrong answer): the episode's turns are max_tool_calls + 1."""
+
+    @field_validator("max_turns")
+    @classmethod
+    def _no_retries(cls, value: int) -> int:
+        if value != 1:
+            raise ValueError(
+                "this env's turns are max_tool_calls + 1 (the calls, then the answer) and a wrong "
+                "answer gets no retry; set env.max_tool_calls instead"
+            )
+        return value
 
     def inner_options(self) -> dict[str, Any]:
         """The options of the wrapped math env."""

@@ -257,3 +257,17 @@ def test_a_groups_calls_start_at_grading_and_identical_ones_run_once(counted):
     replies = [base.feedback(task, lrmgym.Completion(t), v, 1) for t, v in zip(texts, verdicts, strict=True)]
     assert replies[:4] == ["\n<tool_response>\n42\n</tool_response>\n"] * 4 and replies[4] is None
     assert len(tool.calls) == 2
+
+
+def test_bad_options_get_one_line_errors():
+    from click.testing import CliRunner
+
+    from lrmgym.cli.main import cli
+
+    for args, expected in (
+        (["env.max_turns=2"], "Error: env.max_turns: invalid value 2: this env's turns are max_tool_calls + 1"),
+        (["env.max_tool_calls=99"], "Error: env.max_tool_calls: invalid value 99: expected an integer from 0 to 20."),
+        (["env.sandbox=docker"], "Error: env.sandbox: invalid value 'docker'"),
+    ):
+        done = CliRunner().invoke(cli, ["run", "env=math_tool", *args])
+        assert done.exit_code == 2 and done.output.strip().splitlines()[-1].startswith(expected), done.output
