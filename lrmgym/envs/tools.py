@@ -43,17 +43,25 @@ calls (each is a new interpreter with an empty ``/tmp``).
 
 Wrapping another env (the pattern ``env=math_tool`` follows)::
 
+    class MyToolConfig(MyConfig, ToolOptions):      # the inner env's options plus the tool options
+        model_config = ConfigDict(extra="forbid")
+
     class MyToolEnv(ToolUseEnv):
-        Config = MyToolConfig                       # the inner env's options plus ToolOptions' fields
+        Config = MyToolConfig
 
         def build_inner(self) -> TextEnv:            # the env whose verifier grades the final answer
             return MyEnv(**self.config.inner_options())
 
         def build_tools(self) -> dict[str, Tool]:   # the tools, by the name the policy calls
-            return {"python": PythonTool(self.config.tool_limits(), sandbox=self.config.sandbox)}
+            return {"python": self.config.python_tool()}
+
+    lrmgym.register("MyTool-v0", "my_package.envs:MyToolEnv")
 
 The inner env makes the tasks (the tool instructions are added to their prompts) and grades every turn that has
-no tool call; this class does the rest.
+no tool call; this class does the rest (``tests/envs/math_tool/test_math_tool.py`` wraps the echo env this way).
+Keep the tools away from the grading data: pass the folders of a data set the inner env reads as
+``python_tool(hide=...)`` (the unshare fallback shows host folders it does not cover; see
+:func:`lrmgym.envs.math_tool.env.data_folders`).
 
 Sampling: with ``lrmgym run``, set ``learner.stop=[</tool_call>]`` so that a call ends its turn (a chat model
 trained on this format ends it with its end-of-turn token anyway); text after the call in the same turn is not
@@ -402,6 +410,10 @@ class ToolOptions(BaseModel):
     'process' (NO isolation: trusted code and tests only)."""
     tool_workers: int | None = Field(None, ge=1, le=64)
     """Tool calls run at once; default: the number of CPU cores (at most 8)."""
+
+    def inner_options(self) -> dict[str, Any]:
+        """The options of the wrapped env: every field of a config that mixes these in, except these."""
+        return {k: v for k, v in self.model_dump().items() if k not in ToolOptions.model_fields}
 
     def tool_limits(self) -> Any:
         """The sandbox limits of one call."""

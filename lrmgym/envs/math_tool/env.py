@@ -16,7 +16,6 @@ root built from read-only system folders only (with the unshare fallback, host d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import ConfigDict, field_validator
 
@@ -45,11 +44,6 @@ class MathToolConfig(MathConfig, ToolOptions):
                 "answer gets no retry; set env.max_tool_calls instead"
             )
         return value
-
-    def inner_options(self) -> dict[str, Any]:
-        """The options of the wrapped math env."""
-        tool_fields = set(ToolOptions.model_fields)
-        return {k: v for k, v in self.model_dump().items() if k not in tool_fields}
 
 
 def data_folders(config: MathConfig) -> list[str]:

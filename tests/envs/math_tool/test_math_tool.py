@@ -271,3 +271,34 @@ def test_bad_options_get_one_line_errors():
     ):
         done = CliRunner().invoke(cli, ["run", "env=math_tool", *args])
         assert done.exit_code == 2 and done.output.strip().splitlines()[-1].startswith(expected), done.output
+
+
+def test_the_documented_pattern_gives_another_env_a_tool():
+    from pydantic import ConfigDict
+
+    from lrmgym.envs.echo import EchoConfig, EchoEnv
+    from lrmgym.envs.tools import ToolOptions, ToolUseEnv
+
+    class EchoToolConfig(EchoConfig, ToolOptions):
+        model_config = ConfigDict(extra="forbid")
+
+    class EchoToolEnv(ToolUseEnv):
+        Config = EchoToolConfig
+
+        def build_inner(self):
+            return EchoEnv(**self.config.inner_options())
+
+        def build_tools(self):
+            return {"python": CountingTool("hello")}
+
+    env = EchoToolEnv(max_tool_calls=1)
+    prompt, info = env.reset(seed=0)
+    inner_task = env.inner.task_at(0, seed=0)
+    assert "<tools>" in prompt and prompt.endswith(inner_task.prompt)
+    obs, reward, terminated, _, _ = env.step(call("print('hello')"))
+    assert obs == "\n<tool_response>\nhello\n(no tool calls left: answer now)\n</tool_response>\n"
+    assert (reward, terminated) == (0.0, False)
+    answer = lrmgym.Completion(str(inner_task.answer))
+    _, reward, terminated, _, _ = env.step(answer)
+    assert terminated and reward == env.inner.verify(inner_task, answer).score == 1.0
+    env.close()
