@@ -132,7 +132,7 @@ class ToolCall:
 
     Attributes:
         name: The tool named (``""`` when the call could not be parsed that far).
-        arguments: The call's arguments (empty when not parsed).
+        arguments: The call's arguments (``None`` when not parsed).
         error: Why the call is malformed (``""`` for a well-formed call): the error turn's text.
         extra_calls: How many further calls the turn made (not run: one call per turn).
     """
@@ -241,7 +241,7 @@ class ToolResult:
 
 
 class Tool(Protocol):
-    """A tool the policy can call: a name, a JSON schema for the chat template, and ``run``."""
+    """A tool the policy can call: a name, a JSON schema for the prompt, an example call, and ``submit``."""
 
     name: str
 
