@@ -30,13 +30,13 @@ CALL = call("print(6 * 7)")
 
 
 def force_tool_calls(policy):
-    """Make even-numbered first-turn samples a tool call (turn 1: a prompt without a tool response in it)."""
+    """Make even-numbered first-turn samples a tool call (turn 1: a context that does not hold the call yet)."""
     sample = policy._sample
-    opener = policy.tokenizer("<tool_response>", add_special_tokens=False)["input_ids"]
-    call_ids = [*policy.tokenizer(CALL, add_special_tokens=False)["input_ids"], policy.tokenizer.eos_token_id]
+    text_ids = policy.tokenizer(CALL, add_special_tokens=False)["input_ids"]
+    call_ids = [*text_ids, policy.tokenizer.eos_token_id]
 
     def first_turn(ids: list[int]) -> bool:
-        return not any(ids[i : i + len(opener)] == opener for i in range(len(ids) - len(opener) + 1))
+        return not any(ids[i : i + len(text_ids)] == text_ids for i in range(len(ids) - len(text_ids) + 1))
 
     def forced(encoded, n, sampling):
         out = sample(encoded, n, sampling)
@@ -116,3 +116,39 @@ def test_grpo_trains_on_math_tool_with_the_tool_turns_masked(tmp_path, monkeypat
         assert all(seq.policy_mask[end : end + len(second.token_ids)]) and traj.turns[0].text == CALL
     sample = json.loads((tmp_path / "samples.jsonl").read_text().splitlines()[0])
     assert any("<tool_response>" in t["text"] for traj in sample["trajectories"] for t in traj["turns"])
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A ChatML template, as Qwen's renders user turns (its ``tool`` role renders as a user turn holding the same
+``<tool_response>`` block, so these tokens are what that role would give)."""
+
+
+def test_chat_prompts_get_the_tool_response_as_a_templated_turn_token_exact():
+    from lrmgym.episodes import rollout
+    from lrmgym.learners.engine.rollout import tokenize_trajectory
+    from lrmgym.policies.base import SamplingParams
+    from lrmgym.registry import make
+
+    policy = force_tool_calls(tiny_hf_policy(seed=1))
+    policy.tokenizer.chat_template = CHATML
+    policy.chat_template = True
+    env = make("lrmgym/MathTool-v0", style="instruct", chat=True, max_tool_calls=1)
+    try:
+        task = env.unwrapped.task_at(0, seed=0)
+        assert [m["role"] for m in task.prompt] == ["system", "user"] and "<tool_call>" in task.prompt[0]["content"]
+        result = rollout(env, policy, [task], 2, SamplingParams(max_new_tokens=6, seed=0))
+        traj = result.groups[0][0]  # sample 0: the forced call
+        assert [t.role for t in traj.turns] == ["policy", "env", "policy"]
+        assert traj.turns[1].text == "<tool_response>\n42\n(no tool calls left: answer now)\n</tool_response>"
+        seq = tokenize_trajectory(traj, policy.tokenizer)
+        first, second = (t.completion for t in traj.policy_turns)
+        start, end = len(first.prompt_token_ids) + len(first.token_ids), len(second.prompt_token_ids)
+        between = policy.tokenizer.decode(seq.ids[start:end], skip_special_tokens=False)
+        # The template's end of the assistant turn (the model's EOS is not <|im_end|>), the tool's turn, the opener.
+        assert between == f"<|im_end|>\n<|im_start|>user\n{traj.turns[1].text}<|im_end|>\n<|im_start|>assistant\n"
+        assert seq.retokenized == 0 and not any(seq.policy_mask[start:end]) and seq.ids[:end] == second.prompt_token_ids
+    finally:
+        env.close()
