@@ -40,6 +40,7 @@ BLOCKS: dict[str, Callable[[str], bool]] = {
     "setup_tests": lambda first: first == SETUP_TESTS,
     "tour": lambda first: first.startswith("lrmgym envs list "),
     "gymnasium": lambda first: first == "import gymnasium, lrmgym",
+    "tool_use": lambda first: first == "import lrmgym",
     "python_training": lambda first: first.startswith("from lrmgym.compose import "),
     "openrlhf_export": lambda first: first.startswith("lrmgym export openrlhf "),
     "serve": lambda first: first.startswith("lrmgym serve "),
@@ -249,6 +250,27 @@ def test_readme_gymnasium(capsys):
     verdict = scope["info"]["verdict"]
     assert verdict.score == float(stated["score"]) and verdict.correct is (stated["correct"] == "True")
     assert repr(verdict.parsed) == stated["parsed"] and scope["reward"] == verdict.score
+
+
+def test_readme_tool_use():
+    code = block("tool_use")
+    lines = code.splitlines()
+    scope: dict[str, Any] = {}
+    try:
+        for i, line in enumerate(lines):  # line by line, to check each step's stated values where it is stated
+            exec(compile("\n".join(lines[: i + 1]) if i == 0 else line, "README.md", "exec"), scope)
+            if "env.reset(" in line:
+                shown = re.search(r'"(.*?) \.\.\."', line)[1]
+                assert shown in scope["prompt"] and "<tool_call>" in scope["prompt"]
+            elif "env.step(call)" in line:
+                stated = re.search(r'reward ([\d.]+), obs "(.*)"$', line)
+                assert scope["reward"] == float(stated[1])
+                assert scope["obs"] == stated[2].encode().decode("unicode_escape")
+            elif "env.step(" in line:
+                assert scope["reward"] == float(re.search(r"reward ([\d.]+)", line)[1]) and scope["terminated"]
+    finally:
+        if "env" in scope:
+            scope["env"].close()
 
 
 @pytest.mark.timeout(900)  # whole training runs in subprocesses: minutes on a loaded 2-core machine

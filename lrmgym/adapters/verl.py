@@ -30,7 +30,9 @@ grading never raises; a missing or bad label does (a data problem).
 Group-aware judges (the arena, pairwise judges) need all the responses of a prompt at once: verl's default
 ``naive`` manager hands one at a time, so :func:`compute_score` refuses them and :func:`compute_score_batch`, with
 ``reward_model.reward_manager=batch``, groups each batch's responses by their label. Multi-turn envs are refused
-by the export: a custom reward function grades one response, not a conversation with the env.
+by the export: a custom reward function grades one response, not a conversation with the env. Tool envs
+(``env=math_tool``) too: verl's ``ToolAgentLoop`` could run the tool, but the reward function receives the decoded
+response with the tool responses in it and no turn boundaries, so it could not grade only the turn without a call.
 
 :func:`export_verl` (``lrmgym export verl``) writes ``train.parquet`` and ``test.parquet`` in verl's format
 (``data_source``, ``prompt`` as chat messages, ``ability``, ``reward_model``, ``extra_info``), ``reward.py`` and
@@ -347,7 +349,16 @@ def _refuse_multi_turn(cfg: Any, env: Any) -> None:
     """Refuse what verl's reward function cannot grade: an episode of several policy turns."""
     from lrmgym.configs.errors import ConfigError
     from lrmgym.core import learner_env
+    from lrmgym.envs.tools import ToolUseEnv
 
+    if isinstance(getattr(env, "unwrapped", env), ToolUseEnv):
+        raise ConfigError(
+            f"env: {cfg.env.id} calls tools between policy turns; verl's tool agent loop could run the tool, but its "
+            "reward function is handed the whole decoded response, tool responses included and without turn "
+            "boundaries, so it cannot grade only the turn without a tool call (a tool that prints an answer would be "
+            "paid as the policy's). Train it with `lrmgym run`, or `lrmgym export openrlhf` (its agent_func.py grades "
+            "each turn)."
+        )
     turns = learner_env(env).max_turns
     if turns > 1:
         raise ConfigError(

@@ -9,6 +9,7 @@ from lrmgym.registry import register
 register("Echo-v0", "lrmgym.envs.echo:EchoEnv")
 register("Math-v0", "lrmgym.envs.math.env:MathEnv")
 register("Code-v0", "lrmgym.envs.code.env:CodeEnv")
+register("MathTool-v0", "lrmgym.envs.math_tool.env:MathToolEnv")
 register("Game24-v0", "lrmgym.envs.game24.env:Game24Env")
 register("MultipleChoice-v0", "lrmgym.envs.mcq.env:MultipleChoiceEnv")
 register("ReasoningGym-v0", "lrmgym.envs.rg.env:RGEnv")

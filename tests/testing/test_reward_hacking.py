@@ -20,7 +20,7 @@ def envs():
 def test_the_battery_covers_every_class_with_at_least_40_cases():
     attacks = [c for c in CASES if c.klass != "control"]
     assert len(attacks) >= 40
-    assert {c.env for c in attacks} == {"math", "code"}
+    assert {c.env for c in attacks} == {"math", "code", "math_tool"}
     classes = {c.klass for c in attacks}
     for needed in ("harness-takeover", "shadowed-builtin", "control-flow-exception", "read-expected"):
         assert needed in classes

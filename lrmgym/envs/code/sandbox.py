@@ -493,6 +493,9 @@ class SandboxPool:
             job in fresh namespaces forked from it (see the module docstring). ``False``: one new sandbox
             per job (the cold path). If the warm server fails its start-up probe, the pool logs a warning
             and runs cold.
+        hide: More host folders the unshare fallback covers with empty tmpfs, beside its own list (folders that
+            hold data the candidate must not read, such as the data set of the task it is graded on). Bubblewrap
+            shows no host folder but the system ones it binds read-only (``/usr``, ``/lib``...).
 
     Raises:
         SandboxError: The backend is unknown or unavailable, or the probe execution failed.
@@ -508,6 +511,7 @@ class SandboxPool:
         uid_base: int = 60000,
         prestart: bool = True,
         warm: bool = True,
+        hide: Sequence[str] = (),
     ) -> None:
         if backend not in BACKENDS:
             raise SandboxError(f"Unknown sandbox backend {backend!r}; expected one of {', '.join(BACKENDS)}.")
@@ -538,6 +542,7 @@ class SandboxPool:
         self.warm = False  # likewise
         self._setpriv = shutil.which("setpriv") if _is_root() else None
         self.python = python or self._pick_python()
+        self.hide = tuple(str(Path(p).expanduser().resolve()) for p in hide)
         self._harness_dir = tempfile.mkdtemp(prefix="lrmgym-harness-")
         self._harness_pyc = self._compile_harness()
         _POOLS.add(self)
@@ -690,7 +695,7 @@ class SandboxPool:
         (The harness file may be covered: the interpreter has read it before the harness mounts anything.)
         """
         keep = [str(Path(self.python).resolve().parents[1])]
-        hide = [*_HIDE, os.getcwd(), str(Path.home())]
+        hide = [*_HIDE, os.getcwd(), str(Path.home()), *self.hide]
         out = []
         for path in dict.fromkeys(hide):
             if path == "/" or any(k == path or k.startswith(path.rstrip("/") + "/") for k in keep):

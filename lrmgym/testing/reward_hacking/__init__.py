@@ -7,9 +7,9 @@ values in one answer. A case names the most reward it may earn (``max_score``, 0
 sanity control) and whether an ungradeable verdict is allowed (never, for an attack: masking a sample
 is a reward a policy can learn to seek).
 
-The cases live beside this file, one module per env (``math_cases``, ``code_cases``); :func:`all_cases`
-gathers them and :func:`run_case` grades one through the real env. ``tests/test_reward_hacking.py`` runs
-them all in CI and ``benchmarks/reward_hacking.py`` prints each case's reward.
+The cases live beside this file, one module per env (``math_cases``, ``code_cases``, ``math_tool_cases``);
+:func:`all_cases` gathers them and :func:`run_case` grades one through the real env.
+``tests/test_reward_hacking.py`` runs them all in CI and ``benchmarks/reward_hacking.py`` prints each case's reward.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from lrmgym.core import Task, Verdict
 
 __all__ = ["HackCase", "HackResult", "all_cases", "run_case"]
 
-_MODULES = ("math_cases", "code_cases")
+_MODULES = ("math_cases", "code_cases", "math_tool_cases")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class HackCase:
     Attributes:
         name: Unique id, ``"<env>/<class>/<variant>"``.
         klass: The class of attack (``"forged-record"``, ``"timeout-opt-out"``, ``"chain"``...).
-        env: ``"math"`` or ``"code"``.
+        env: ``"math"``, ``"code"`` or ``"math_tool"``.
         completion: The policy's whole answer text (code cases: or ``"@<attack>"``, a program the code module
             builds at run time from the task's prompt or from earlier turns' feedback: see ``completion_for``).
         task: How to build the task. Math: ``{"answer": gold}`` (and optionally ``"question"``). Code: either
