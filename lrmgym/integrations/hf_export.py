@@ -230,3 +230,65 @@ def export_hf(
         raise
     files = sorted(p.name for p in target.iterdir())
     return HFExportResult(target, step, checkpoint, form, files)
+
+
+# ------------------------------------------------------------------------------------------------ the run's summary
+def _token(key: str, value: Any) -> str:
+    """``key=value`` as the resolver parses it back (YAML flow scalars and collections)."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return f"{key}={text.removesuffix('...').strip()}"
+
+
+def _section_tokens(section: str, current: dict[str, Any], default: dict[str, Any]) -> list[str]:
+    return [_token(f"{section}.{k}", v) for k, v in current.items() if default.get(k, object()) != v]
+
+
+def _env_tokens(env: dict[str, Any]) -> list[str]:
+    """The shortest ``env=PRESET env.KEY=VALUE ...`` tokens that resolve to the env section ``env``."""
+    from lrmgym.configs.errors import ConfigError
+    from lrmgym.configs.resolve import list_presets, resolve
+
+    best: list[str] | None = None
+    for preset in list_presets("env"):
+        try:
+            candidate = resolve([f"env={preset}"]).env.model_dump(mode="json")
+        except (ConfigError, ValueError, OSError):
+            continue  # a preset whose data is not here
+        if candidate.get("id") != env.get("id"):
+            continue
+        tokens = [f"env={preset}", *_section_tokens("env", env, candidate)]
+        if best is None or len(tokens) < len(best):
+            best = tokens
+    return best or [_token("env.id", env.get("id")), *_section_tokens("env", env, {})]
+
+
+def model_commands(run_dir: str | os.PathLike, config: Any) -> dict[str, str]:
+    """The exact commands that evaluate and export run ``run_dir``'s trained model (for its summary).
+
+    ``eval``: ``lrmgym eval`` of the run's env and eval settings on ``policy.path=RUN``; ``export``: ``lrmgym export
+    hf`` into ``exports/<run name>-hf``; ``eval_export``: the same evaluation of that folder under ``policy=hf``.
+    Empty for a run directory without config.yaml (a stage of a staged run) or a config without env and eval.
+    """
+    import shlex
+
+    from lrmgym.configs.resolve import resolve
+
+    run_dir = Path(run_dir)
+    env, evaluation = getattr(config, "env", None), getattr(config, "eval", None)
+    if not (run_dir / "config.yaml").is_file() or env is None or evaluation is None:
+        return {}
+    out = Path("exports") / f"{run_dir.name}-hf"
+    settings = _env_tokens(env.model_dump(mode="json"))
+    default_eval = resolve(settings).eval.model_dump(mode="json")  # an env preset may set eval values of its own
+    settings += _section_tokens("eval", evaluation.model_dump(mode="json"), default_eval)
+
+    def command(*tokens: str) -> str:
+        return shlex.join(["lrmgym", *tokens])
+
+    return {
+        "eval": command("eval", *settings, f"policy.path={run_dir}"),
+        "export": command("export", "hf", str(run_dir), f"out={out}"),
+        "eval_export": command("eval", *settings, "policy=hf", f"policy.model={out}"),
+    }

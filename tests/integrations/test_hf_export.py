@@ -26,9 +26,14 @@ def invoke(*args: object):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+OUTPUTS: dict[str, str] = {}
+"""What each run of :func:`_run` printed, by run name."""
+
+
 def _run(tmp: Path, name: str, *tokens: str) -> Path:
     result = invoke("run", "env=math", "learner=grpo", *SMALL, *tokens, f"run.output_dir={tmp}", f"run.name={name}")
     assert result.exit_code == 0, result.output
+    OUTPUTS[name] = result.output
     return tmp / name
 
 
@@ -185,3 +190,27 @@ def test_refusals_are_one_line_and_write_nothing(tiny_run, tmp_path):
     assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
     line = _error_line(invoke("eval", "env=math", "policy=hf", f"policy.model={tiny_run}"))
     assert f"policy.path={tiny_run}" in line and "lrmgym export hf" in line
+
+
+def test_the_run_summary_says_how_to_evaluate_and_export_the_model_and_its_commands_work(
+    tiny_run, tmp_path, monkeypatch
+):
+    import shlex
+
+    commands = json.loads((tiny_run / "summary.json").read_text())["model_commands"]
+    assert commands["eval"] == (f"lrmgym eval env=math eval.n=1 eval.tasks=3 eval.max_new_tokens=40 "
+                                f"policy.path={tiny_run}")  # fmt: skip
+    printed = OUTPUTS["tiny"]
+    assert f"evaluate the trained model: {commands['eval']}" in printed
+    assert f"export it (transformers folder): {commands['export']}" in printed
+    monkeypatch.chdir(tmp_path)  # the export goes to exports/ and the evaluations to runs/ here
+    for key in ("export", "eval", "eval_export"):
+        argv = shlex.split(commands[key])
+        assert argv[0] == "lrmgym"
+        result = invoke(*argv[1:])
+        assert result.exit_code == 0, (key, result.output)
+    assert (tmp_path / "exports" / f"{tiny_run.name}-hf" / "model.safetensors").is_file()
+    evals = sorted((tmp_path / "runs").glob("eval-*/eval.json"))
+    assert len(evals) == 2
+    first, second = (json.loads(p.read_text()) for p in evals)
+    assert first["avg@n"] == second["avg@n"]

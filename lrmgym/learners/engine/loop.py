@@ -502,6 +502,8 @@ class Loop:
         }
         if self.log_gaps:
             summary["log_gaps"] = self.log_gaps
+        if commands := _model_commands(self.run_dir, self.ctx.config):
+            summary["model_commands"] = commands
         extra = self.algorithm.summary()
         if extra:
             summary[self.algorithm.name] = extra
@@ -528,6 +530,9 @@ class Loop:
             console.print(table)
         steps, train_s = summary["steps"], summary["train_wall_s"]
         console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
+        for what, key in (("evaluate the trained model", "eval"), ("export it (transformers folder)", "export")):
+            if key in summary.get("model_commands", {}):
+                console.print(f"{what}: {summary['model_commands'][key]}", soft_wrap=True, highlight=False)
         speed = summary["speed"]
         if "note" in speed:
             console.print(speed["note"])
@@ -564,6 +569,12 @@ class _Interrupt:
     def __exit__(self, *exc: Any) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
+
+
+def _model_commands(run_dir: Any, config: Any) -> dict[str, str]:
+    from lrmgym.integrations.hf_export import model_commands
+
+    return model_commands(run_dir, config) if config is not None else {}
 
 
 def _say(message: str) -> None:
