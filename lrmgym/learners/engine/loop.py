@@ -433,12 +433,9 @@ class Loop:
         return metrics
 
     def _progress_bar(self) -> Any:
-        from tqdm.auto import tqdm
+        from lrmgym.progress import progress_bar  # a live bar on a terminal, plain lines in a log file
 
-        return tqdm(
-            total=self.cfg.steps, initial=self.step, desc=self.algorithm.name, unit="step",
-            disable=not self.cfg.progress, dynamic_ncols=True,
-        )  # fmt: skip
+        return progress_bar(self.cfg.steps, self.algorithm.name, "steps", enabled=self.cfg.progress, initial=self.step)
 
     def _open_trackers(self, resume: bool) -> Trackers:
         """The trackers of ``ctx.report_to``, continuing the ones of the interrupted session on a resume."""
