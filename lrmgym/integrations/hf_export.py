@@ -246,7 +246,11 @@ def _section_tokens(section: str, current: dict[str, Any], default: dict[str, An
 
 
 def _env_tokens(env: dict[str, Any]) -> list[str]:
-    """The shortest ``env=PRESET env.KEY=VALUE ...`` tokens that resolve to the env section ``env``."""
+    """The shortest ``env=PRESET env.KEY=VALUE ...`` tokens that resolve to the env section ``env``.
+
+    Raises:
+        HFExportError: No env preset has the env's id (an env registered by a plugin or a test).
+    """
     from lrmgym.configs.errors import ConfigError
     from lrmgym.configs.resolve import list_presets, resolve
 
@@ -261,7 +265,9 @@ def _env_tokens(env: dict[str, Any]) -> list[str]:
         tokens = [f"env={preset}", *_section_tokens("env", env, candidate)]
         if best is None or len(tokens) < len(best):
             best = tokens
-    return best or [_token("env.id", env.get("id")), *_section_tokens("env", env, {})]
+    if best is None:
+        raise HFExportError(f"no env preset of {env.get('id')!r}; an `lrmgym eval` command cannot name this env")
+    return best
 
 
 def model_commands(run_dir: str | os.PathLike, config: Any) -> dict[str, str]:
@@ -269,10 +275,12 @@ def model_commands(run_dir: str | os.PathLike, config: Any) -> dict[str, str]:
 
     ``eval``: ``lrmgym eval`` of the run's env and eval settings on ``policy.path=RUN``; ``export``: ``lrmgym export
     hf`` into ``exports/<run name>-hf``; ``eval_export``: the same evaluation of that folder under ``policy=hf``.
-    Empty for a run directory without config.yaml (a stage of a staged run) or a config without env and eval.
+    Empty for a run directory without config.yaml (a stage of a staged run) or a config without env and eval; only
+    ``export`` for an env no preset names (a plugin's: its eval tokens are the user's to give).
     """
     import shlex
 
+    from lrmgym.configs.errors import ConfigError
     from lrmgym.configs.resolve import resolve
 
     run_dir = Path(run_dir)
@@ -280,15 +288,17 @@ def model_commands(run_dir: str | os.PathLike, config: Any) -> dict[str, str]:
     if not (run_dir / "config.yaml").is_file() or env is None or evaluation is None:
         return {}
     out = Path("exports") / f"{run_dir.name}-hf"
-    settings = _env_tokens(env.model_dump(mode="json"))
-    default_eval = resolve(settings).eval.model_dump(mode="json")  # an env preset may set eval values of its own
-    settings += _section_tokens("eval", evaluation.model_dump(mode="json"), default_eval)
 
     def command(*tokens: str) -> str:
         return shlex.join(["lrmgym", *tokens])
 
-    return {
-        "eval": command("eval", *settings, f"policy.path={run_dir}"),
-        "export": command("export", "hf", str(run_dir), f"out={out}"),
-        "eval_export": command("eval", *settings, "policy=hf", f"policy.model={out}"),
-    }
+    commands = {"export": command("export", "hf", str(run_dir), f"out={out}")}
+    try:
+        settings = _env_tokens(env.model_dump(mode="json"))
+        default_eval = resolve(settings).eval.model_dump(mode="json")  # an env preset may set eval values of its own
+    except (HFExportError, ConfigError):
+        return commands  # no command names this env
+    settings += _section_tokens("eval", evaluation.model_dump(mode="json"), default_eval)
+    commands["eval"] = command("eval", *settings, f"policy.path={run_dir}")
+    commands["eval_export"] = command("eval", *settings, "policy=hf", f"policy.model={out}")
+    return commands

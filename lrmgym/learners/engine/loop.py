@@ -252,12 +252,14 @@ class Loop:
         clean_temps(self.run_dir, _say)
         state, self.log_gaps = checkpoint_with_log(self.checkpoints, self.metrics_log, _say)
         if state is None:  # killed before the first checkpoint: start over in the same directory
+            _say(f"no checkpoint in {self.checkpoints.directory}: starting over from step 0")
             self.metrics_log.truncate(0)
             self.samples_log.truncate(0)
             return
         self.algorithm.load_state_dict(state)
         restore_rng(state["rng"])
         self.step = int(state["step"])
+        _say(f"resuming from step {self.step} ({self.checkpoints.path(self.step)})")
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
         self.generations = int(state.get("generations", 0))
         self.evals = dict(state.get("evals", {}))
