@@ -479,8 +479,7 @@ class Loop:
     def finish(self, status: str) -> dict[str, Any]:
         """Write ``summary.json`` and the plot; returns the summary."""
         metrics = list(self.metrics_log.records())
-        points = [(e["step"], e["sampled"]["accuracy"]) for e in self.evals.values() if "sampled" in e]
-        plot = plot_metrics(metrics, self.run_dir / "plots" / "metrics.png", evals=sorted(points))
+        plot = plot_metrics(metrics, self.run_dir / "plots" / "metrics.png", evals=self.evals)
         last = metrics[-10:]
         summary = {
             "status": status,
