@@ -122,5 +122,5 @@ def test_sample_table_columns_are_uniquely_named_whatever_the_judges_are_called(
 def test_column_names_never_repeat():
     fixed = ["step", "reward", "verdict"]
     names = column_names(fixed, ["reward", "reward (judge)", "Verdict", "accuracy"], ["format ok (verifier)"])
-    assert names == ["step", "reward", "verdict", "reward (judge)", "reward (judge) (judge)", "Verdict (judge)", "accuracy",
-                     "format ok (verifier)"]  # fmt: skip
+    assert names == ["step", "reward", "verdict", "reward (judge)", "reward (judge) (judge)", "Verdict (judge)",
+                     "accuracy", "format ok (verifier)"]  # fmt: skip
