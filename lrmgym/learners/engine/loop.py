@@ -527,7 +527,9 @@ class Loop:
                     table.add_row(label, _fmt_acc(b), _fmt_acc(a), f"{100 * (a['accuracy'] - b['accuracy']):+.1f} pts")
             console.print(table)
         steps, train_s = summary["steps"], summary["train_wall_s"]
-        console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
+        console.print(
+            f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)", soft_wrap=True
+        )
         for what, key in (("evaluate the trained model", "eval"), ("export it (transformers folder)", "export")):
             if key in summary.get("model_commands", {}):
                 console.print(f"{what}: {summary['model_commands'][key]}", soft_wrap=True, highlight=False)
