@@ -27,6 +27,7 @@ __all__ = [
     "TRAINING_PANELS",
     "chart_png",
     "chart_svg",
+    "constant_judge_metrics",
     "judge_panels",
     "main_panels",
     "overview_png",
@@ -104,9 +105,25 @@ def _axis_end(parts: Sequence[Part]) -> int:
 
 
 def judge_panels(parts: Sequence[Part]) -> list[tuple[str, str]]:
-    """``(key, title)`` of every ``judge/*`` metric the run logged a number for, sorted."""
+    """``(key, title)`` of every ``judge/*`` metric the run logged a number for that changed over the run, sorted.
+
+    A metric with one value at every step (no failures, the same calls each step) is a flat line: see
+    :func:`constant_judge_metrics`.
+    """
+    constant = constant_judge_metrics(parts)
     keys = {k for p in parts for m in p.metrics for k in m if k.startswith(JUDGE_PREFIX)}
-    return [(k, k.removeprefix(JUDGE_PREFIX)) for k in sorted(keys) if _has(parts, k)]
+    return [(k, k.removeprefix(JUDGE_PREFIX)) for k in sorted(keys) if _has(parts, k) and k not in constant]
+
+
+def constant_judge_metrics(parts: Sequence[Part]) -> dict[str, float]:
+    """``{key: value}`` of the ``judge/*`` metrics logged with one value at every step that logged them."""
+    values: dict[str, set[float]] = {}
+    for part in parts:
+        for m in part.metrics:
+            for key in m:
+                if key.startswith(JUDGE_PREFIX) and (v := _value(m, key)) is not None:
+                    values.setdefault(key, set()).add(v)
+    return {k: next(iter(v)) for k, v in sorted(values.items()) if len(v) == 1}
 
 
 def _eval_points(part: Part, offset: int, kind: str) -> list[tuple[float, float]]:

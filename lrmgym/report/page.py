@@ -21,7 +21,15 @@ from collections import Counter
 from typing import Any
 
 from lrmgym.report import assets
-from lrmgym.report.charts import CRITIC_PANELS, TRAINING_PANELS, chart_svg, judge_panels, main_panels
+from lrmgym.report.charts import (
+    CRITIC_PANELS,
+    JUDGE_PREFIX,
+    TRAINING_PANELS,
+    chart_svg,
+    constant_judge_metrics,
+    judge_panels,
+    main_panels,
+)
 from lrmgym.report.rundata import RunData
 from lrmgym.report.samples import VERDICTS, SampleTable
 
@@ -221,6 +229,10 @@ def _charts(run: RunData) -> str:
         svg = chart_svg(run.parts, panels, name, cols)
         if svg is not None:
             out += f"<h3>{_esc(title)}</h3><div class='chart' id='chart-{name}'>{svg}</div>"
+    constant = constant_judge_metrics(run.parts)
+    if constant:  # flat lines are not drawn: their one value is said instead
+        listed = ", ".join(f"{k.removeprefix(JUDGE_PREFIX)} = {v:g}" for k, v in constant.items())
+        out += f"<p class='note' id='judge-constant'>Judge metrics with one value at every step: {_esc(listed)}.</p>"
     return out
 
 
