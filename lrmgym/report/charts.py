@@ -151,6 +151,10 @@ def _panel(ax: Any, parts: Sequence[Part], offsets: list[int], key: str, title: 
             continue
         xs, ys = (np.asarray(a, dtype=float) for a in zip(*pts, strict=True))
         xs = xs + offset
+        logged = sum(isinstance(m.get("step"), int) for m in part.metrics)
+        if 2 * len(ys) < logged:  # logged at few steps (the KL every n-th): points, no line through unmeasured steps
+            ax.plot(*_thin(xs, ys), ls="none", marker="o", ms=3, color="C0")
+            continue
         few = len(ys) <= 40  # a handful of steps: each one a dot, so that a line is not read as measured between
         ax.plot(*_thin(xs, ys), lw=0.8, alpha=0.45, color="C0", marker="." if few else None, ms=3)
         window = max(10, len(ys) // 50)

@@ -124,3 +124,14 @@ def test_column_names_never_repeat():
     names = column_names(fixed, ["reward", "reward (judge)", "Verdict", "accuracy"], ["format ok (verifier)"])
     assert names == ["step", "reward", "verdict", "reward (judge)", "reward (judge) (judge)", "Verdict (judge)",
                      "accuracy", "format ok (verifier)"]  # fmt: skip
+
+
+def test_a_metric_logged_at_few_steps_is_points_not_a_line(make_run, tmp_path, saved_figures):
+    run_dir = copy_run(make_run("grpo"), tmp_path / "run")
+    records = jsonl(run_dir / "metrics.jsonl")
+    for m in records:  # the KL logged at the last step only, as a run that measures it every n-th step
+        m["kl_ref"] = 0.5 if m["step"] == len(records) else None
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in records))
+    panels = _plot(run_dir, tmp_path, saved_figures)
+    (line,) = panels["KL to the initial policy"].lines
+    assert line.get_linestyle() == "None" and list(line.get_xdata()) == [len(records)]
