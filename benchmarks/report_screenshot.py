@@ -1,7 +1,10 @@
-"""A screenshot of `lrmgym report` of a real run, taken in headless Chromium: benchmarks/results/report.png.
+"""A screenshot of `lrmgym report` of a real run, taken in headless Chromium: benchmarks/results/report_screenshot.png.
 
-    python benchmarks/report_screenshot.py                      # trains a small GRPO run first (about a minute)
+    python benchmarks/report_screenshot.py                      # trains a small GRPO run first (about two minutes)
     python benchmarks/report_screenshot.py --run runs/my-run    # or shows an existing run (its page goes to a temp dir)
+
+benchmarks/results/report_screenshot_ppo.png is `--run` of a PPO run (learner=ppo, 30 steps, the same sizes), for the
+critic's charts.
 
 Needs selenium and Debian's chromium + chromium-driver. The page is also checked the way a reader would see it:
 the console must be free of errors and nothing may be fetched.
@@ -19,7 +22,8 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 RUN = (
     "run", "env=math", "policy=tiny", "learner=grpo", "judge=[accuracy,format_strict]",
-    "learner.prompts_per_step=8", "learner.group_size=8", "learner.progress=false", "eval.tasks=100", "eval.n=2",
+    "learner.prompts_per_step=8", "learner.group_size=8", "learner.progress=false", "learner.eval_every=10",
+    "eval.tasks=100", "eval.n=2",
 )  # fmt: skip
 
 
@@ -75,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, help="an existing run directory (default: train a small GRPO run)")
     parser.add_argument("--steps", type=int, default=40, help="steps of the run trained when --run is not given")
-    parser.add_argument("--out", type=Path, default=RESULTS / "report.png", help="the screenshot")
+    parser.add_argument("--out", type=Path, default=RESULTS / "report_screenshot.png", help="the screenshot")
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--max-height", type=int, default=3600, help="the page is cut there (the samples go on)")
     args = parser.parse_args()

@@ -25,7 +25,20 @@ def build_env(config: Any) -> Any:
 
 
 def build_policy(config: Any) -> Any:
-    """The configured policy; a tiny model of a recipe not built yet is built (and cached) first."""
+    """The configured policy; a tiny model of a recipe not built yet is built (and cached) first.
+
+    ``policy.path=RUN`` naming a run directory loads that run's trained model (its newest checkpoint; see
+    :func:`lrmgym.integrations.hf_export.load_run_policy`).
+    """
+    path = getattr(config.policy, "path", None)
+    if config.policy.kind == "tiny" and path:
+        from lrmgym.integrations.hf_export import HFExportError, is_run_dir, load_run_policy
+
+        if is_run_dir(path):
+            try:
+                return load_run_policy(path, device=config.policy.device)
+            except HFExportError as err:
+                raise ValueError(f"policy.path={path}: {err}") from None
     needs_build = getattr(config.policy, "needs_build", None)
     if callable(needs_build) and needs_build():
         from lrmgym.learners.algorithms.sft import build_tiny

@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-__all__ = ["command", "run_openrlhf"]
+__all__ = ["command", "hf", "run_openrlhf"]
 
 TRACES_NAME = "traces.jsonl"
 """``export traces``' default output, in the run folder it reads."""
@@ -364,3 +364,49 @@ def _launch(run_dir: Path, problem: str | None) -> None:
         err.exit_code = code if 0 < code < 126 else 1
         raise err
     click.echo(f"OpenRLHF finished; the run directory is {run_dir}")
+
+
+# ------------------------------------------------------------------------------------------------ hf
+@command.command("hf", context_settings={"ignore_unknown_options": True})
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.argument("overrides", nargs=-1, metavar="out=DIR")
+@click.option(
+    "--merge/--adapter", "merge", default=True, show_default=True,
+    help="For a LoRA run: the adapter merged into the base weights, or the peft adapter folder.",
+)  # fmt: skip
+@click.option("--step", type=click.IntRange(min=0), default=None, help="The checkpoint's step (default: the newest).")
+@click.option(
+    "--force", is_flag=True,
+    help="Replace DIR when it exists (never the current folder or one above it, a run folder or a folder of runs).",
+)  # fmt: skip
+def hf(run_dir: Path, overrides: tuple[str, ...], merge: bool, step: int | None, force: bool) -> None:
+    """Write a trained run's model as a transformers folder DIR (its newest checkpoint, or --step N).
+
+    \b
+    DIR gets config.json, model.safetensors, generation_config.json and the tokenizer's files: it loads with
+    AutoModelForCausalLM.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR), offline, and evaluates with
+      lrmgym eval env=... policy=hf policy.model=DIR
+    A LoRA run is merged into its base weights; with --adapter DIR is the peft adapter (adapter_config.json
+    names the base model): policy=hf policy.model=BASE policy.adapter=DIR. DIR/lrmgym_export.json records the
+    run, step and form. DIR is written whole or not at all. `lrmgym eval ... policy.path=RUN` evaluates the
+    run's model without exporting it.
+    """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker)
+    from lrmgym import __version__
+    from lrmgym.integrations.hf_export import HFExportError, export_hf
+
+    outs, tokens = _split_out(overrides, "exports/my-model")
+    if tokens:
+        raise _UserError(f"{tokens[0]}: `lrmgym export hf` takes RUN and out=DIR only (options: --adapter, --step, "
+                         "--force).")  # fmt: skip
+    try:
+        result = export_hf(run_dir, Path(outs[0]), step=step, adapter=not merge, force=force, version=__version__)
+    except HFExportError as err:
+        raise _UserError(str(err)) from None
+    except OSError as err:
+        raise _MachineError(f"cannot write {outs[0]!r}: {err}; nothing was written.") from None
+    how = (f"policy=hf policy.model=BASE policy.adapter={result.out_dir}" if result.form == "adapter"
+           else f"policy=hf policy.model={result.out_dir}")  # fmt: skip
+    click.echo(
+        f"exported step {result.step} of {run_dir} ({result.form} weights) to {result.out_dir}: "
+        f"{', '.join(result.files)}; evaluate it with: lrmgym eval env=... {how}"
+    )

@@ -118,6 +118,9 @@ def cli() -> None:
       lrmgym envs list                        the registered environments
       lrmgym config show env=math learner.lr=1e-4
     """  # noqa: D301 -- click needs the real "\b" escape (its no-rewrap marker); a raw docstring breaks it
+    from lrmgym.progress import quiet_library_bars
+
+    quiet_library_bars()  # in a log file, transformers' own bars would be carriage-return frames
 
 
 # ------------------------------------------------------------------------------------------------ envs

@@ -164,9 +164,9 @@ def _multi_turn_batch(
 
 
 def _progress(total: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
+    from lrmgym.progress import progress_bar
 
-    return tqdm(total=total, desc="eval", unit="task", disable=not enabled, leave=False)
+    return progress_bar(total, "eval", "tasks", enabled=enabled, leave=False)
 
 
 def _sample_row(index: int, task: Task, j: int, c: Completion, v: Verdict, passed: bool) -> dict[str, Any]:

@@ -465,9 +465,9 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 def _progress(total: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
+    from lrmgym.progress import progress_bar
 
-    return tqdm(total=total, desc="shift", unit="task", disable=not enabled, leave=False)
+    return progress_bar(total, "shift", "tasks", enabled=enabled, leave=False)
 
 
 # --------------------------------------------------------------------------------------------------- plot

@@ -172,6 +172,12 @@ def model_folder(source: str, field: str = "policy.model", trust_remote_code: bo
             "(*.safetensors), e.g. written by save_pretrained."
         )
     if not (folder / "config.json").is_file():
+        if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir():
+            raise ModelFolderError(
+                f"{field}={source!r}: {folder} is the directory of a `lrmgym run`, not a model folder. Evaluate its "
+                f"model with policy.path={source} (without policy=hf), or export it first: lrmgym export hf "
+                f"{source} out=DIR, then {field}=DIR."
+            )
         if (folder / "adapter_config.json").is_file():
             raise ModelFolderError(
                 f"{field}={source!r}: {folder} holds a peft adapter, not a model. Set {field} to its base model "

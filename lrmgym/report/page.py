@@ -21,7 +21,15 @@ from collections import Counter
 from typing import Any
 
 from lrmgym.report import assets
-from lrmgym.report.charts import MAIN_PANELS, TRAINING_PANELS, chart_svg, judge_panels
+from lrmgym.report.charts import (
+    CRITIC_PANELS,
+    JUDGE_PREFIX,
+    TRAINING_PANELS,
+    chart_svg,
+    constant_judge_metrics,
+    judge_panels,
+    main_panels,
+)
 from lrmgym.report.rundata import RunData
 from lrmgym.report.samples import VERDICTS, SampleTable
 
@@ -213,13 +221,18 @@ def _charts(run: RunData) -> str:
         return "<h2>Metrics</h2><p>No metrics were logged yet (metrics.jsonl is empty).</p>"
     out = "<h2>Metrics over steps</h2>"
     for name, title, panels, cols in (
-        ("main", "Reward, accuracy, length, KL", MAIN_PANELS, 2),
+        ("main", "Reward, accuracy, length, KL", main_panels(run.parts), 2),
         ("training", "Optimisation", TRAINING_PANELS, 4),
+        ("critic", "Critic (value model)", CRITIC_PANELS, 3),
         ("judges", "Judge metrics", judge_panels(run.parts), 4),
     ):
         svg = chart_svg(run.parts, panels, name, cols)
         if svg is not None:
             out += f"<h3>{_esc(title)}</h3><div class='chart' id='chart-{name}'>{svg}</div>"
+    constant = constant_judge_metrics(run.parts)
+    if constant:  # flat lines are not drawn: their one value is said instead
+        listed = ", ".join(f"{k.removeprefix(JUDGE_PREFIX)} = {v:g}" for k, v in constant.items())
+        out += f"<p class='note' id='judge-constant'>Judge metrics with one value at every step: {_esc(listed)}.</p>"
     return out
 
 
@@ -235,6 +248,29 @@ def _sample_notes(run: RunData, table: SampleTable) -> list[str]:
                     trained = f" (it trained on corpus.jsonl: {sum(1 for _ in f)} prompt/target pairs)"
             notes.append(f"{where} logged no samples.jsonl{trained}.")
     return notes
+
+
+_FORMAT_COLUMN = "format ok (verifier)"
+"""The column of the env verifier's own answer-format check (beside the judges' scores, one of which may be a
+format judge)."""
+
+
+def column_names(fixed: list[str], components: list[str], after: list[str]) -> list[str]:
+    """The sample table's headers: ``fixed``, one per judge component, ``after``; no two alike.
+
+    A component named like another column (a judge called ``reward``, ``verdict``...) is shown as ``NAME (judge)``,
+    and a repeat after that gets a number, so a reader never has to guess which of two equal headers is which.
+    """
+    taken = {n.casefold() for n in [*fixed, *after]}
+    names = list(fixed)
+    for component in components:
+        name = component if component.casefold() not in taken else f"{component} (judge)"
+        base, k = name, 2
+        while name.casefold() in taken:
+            name, k = f"{base} {k}", k + 1
+        taken.add(name.casefold())
+        names.append(name)
+    return names + list(after)
 
 
 def _samples(run: RunData, table: SampleTable) -> tuple[str, str]:
@@ -263,11 +299,13 @@ def _samples(run: RunData, table: SampleTable) -> tuple[str, str]:
     cols += ["<col class='c-prompt'>", "<col class='c-text'>", "<col class='c-verdict'>"]
     cols += ["<col class='c-num'>"] * (2 + len(table.components) + table.has_format)
     cols += ["<col>"] if table.has_decisions else []
-    heads = ["<th class='num'>step</th>"] + (["<th>stage</th>"] if stage else [])
-    heads += ["<th>task / prompt</th>", "<th>completion</th>", "<th>verdict</th>", "<th class='num'>reward</th>"]
-    heads += ["<th class='num'>advantage</th>"] + [f"<th class='num'>{_esc(c)}</th>" for c in table.components]
-    heads += ["<th>format</th>"] if table.has_format else []
-    heads += ["<th>decision tokens</th>"] if table.has_decisions else []
+    fixed = ["step", *(["stage"] if stage else []), "task / prompt", "completion", "verdict", "reward", "advantage"]
+    after = [*([_FORMAT_COLUMN] if table.has_format else []), *(["decision tokens"] if table.has_decisions else [])]
+    names = column_names(fixed, table.components, after)
+    numeric = {"step", "reward", "advantage"}
+    heads = [f"<th class='num'>{_esc(n)}</th>" if n in numeric else f"<th>{_esc(n)}</th>" for n in fixed]
+    heads += [f"<th class='num'>{_esc(n)}</th>" for n in names[len(fixed) : len(fixed) + len(table.components)]]
+    heads += [f"<th>{_esc(n)}</th>" for n in after]
     pager = (
         "<div class='pager'><button type='button' id='page-prev'>previous</button>"
         "<button type='button' id='page-next'>next</button><span id='page-where'></span></div>"

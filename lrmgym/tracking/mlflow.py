@@ -61,6 +61,9 @@ class MlflowTracker:
             for i in range(0, len(params), _BATCH):  # parameters cannot change: logged once, when the run starts
                 client.log_batch(self.run_id, params=params[i : i + _BATCH])
         client.log_dict(self.run_id, run.config, "config.json")
+        view = f"mlflow ui --backend-store-uri {uri}" if uri.startswith("file:") else uri
+        self.where = f"logs run {self.run_id} to {uri} (view: {view})"
+        """Where the tracker logs and how to look, for the line the run prints when it opens."""
 
     def log_scalars(self, scalars: dict[str, float], step: int) -> None:
         """One ``log_batch`` of metrics at ``step``."""

@@ -29,6 +29,8 @@ class TensorBoardTracker:
         run.state["log_dir"] = LOG_DIR
         self.log_dir = run.run_dir / LOG_DIR
         self.writer = SummaryWriter(str(self.log_dir), purge_step=run.first_step if run.resumed else None)
+        self.where = f"logs to {self.log_dir} (view: tensorboard --logdir {self.log_dir})"
+        """Where the tracker logs and how to look, for the line the run prints when it opens."""
         config = json.dumps(run.config, indent=1, ensure_ascii=False, default=str)
         self.writer.add_text("config", "```\n" + config + "\n```", run.first_step - 1)
 

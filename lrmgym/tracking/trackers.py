@@ -27,6 +27,10 @@ def _stderr(line: str) -> None:
     tqdm.write(line, file=sys.stderr)  # above a progress bar, not through it
 
 
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
 class Trackers:
     """Fan-out to the run's trackers; every call is safe (see the module docstring).
 
@@ -48,6 +52,7 @@ class Trackers:
         resumed: bool = False,
         first_step: int = 1,
         report: Callable[[str], None] = _stderr,
+        announce: Callable[[str], None] = _stdout,
     ) -> Trackers:
         """Open each named tracker for ``run_dir``, continuing the tracker runs ``tracking.json`` records.
 
@@ -60,6 +65,7 @@ class Trackers:
             resumed: Whether this session continues an earlier one in ``run_dir``.
             first_step: The first training step this session logs.
             report: Where the one line about a failed tracker goes (default: stderr).
+            announce: Where each opened tracker's line about where it logs goes (default: stdout).
         """
         out = cls(report=report)
         names = list(names)
@@ -74,11 +80,14 @@ class Trackers:
             module, attr = BACKENDS[name].split(":")
             backend = getattr(importlib.import_module(module), attr)  # lrmgym's module: it imports no library yet
             try:
-                out.active[name] = backend(run)
+                out.active[name] = tracker = backend(run)
             except Exception as err:
                 out._fail(name, err, backend.fix)
                 continue
             state[name] = run.state
+            where = getattr(tracker, "where", None)
+            if where:
+                announce(f"tracking: {name} {where}")
         try:
             write_state(run_dir, state)
         except OSError as err:

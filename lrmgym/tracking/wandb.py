@@ -9,6 +9,7 @@ offline run is uploaded later with ``wandb sync RUN_DIR/wandb/offline-run-*``). 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from lrmgym.tracking.base import Table, TrackedRun
 
@@ -31,6 +32,12 @@ class WandbTracker:
         )  # fmt: skip
         self.run.config.update(run.config, allow_val_change=True)
         run.state["id"] = self.run.id
+        files = getattr(self.run, "dir", None) or str(run.run_dir / "wandb")
+        url = getattr(self.run, "url", None) if mode == "online" else None
+        sync = f"upload: wandb sync {Path(files).parent}"
+        where = f"to {url} (files: {files})" if url else f"({mode}) to {files} ({sync})"
+        self.where = f"logs run {self.run.id} {where}"
+        """Where the tracker logs and how to look, for the line the run prints when it opens."""
 
     def log_scalars(self, scalars: dict[str, float], step: int) -> None:
         """``run.log(scalars, step=step)``."""

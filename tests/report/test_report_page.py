@@ -73,7 +73,9 @@ def test_a_group_learners_page_has_its_results_charts_and_every_sample(make_run,
 def test_the_judges_metrics_are_charted(make_run):
     page = build_report(make_run("grpo")).html  # judge=[accuracy,format_strict]: judge/accuracy/calls ...
     chart = page[page.index("id='chart-judges'") :]
-    assert "accuracy/calls" in chart[: chart.index("</svg>")]
+    assert "accuracy/seconds" in chart[: chart.index("</svg>")]
+    assert "accuracy/calls" not in chart[: chart.index("</svg>")]  # 16 at every step: said, not drawn flat
+    assert "accuracy/calls = 16" in page[page.index("id='judge-constant'") :].split("</p>")[0]
     assert page_data(page)["components"] == ["accuracy", "format_strict"]
 
 

@@ -70,6 +70,14 @@ def test_metrics_log_is_what_the_trackers_must_match(finished):
     run_dir, lines, output = finished
     assert [m["step"] for m in lines] == [1, 2, 3] and all(m[REWARD] is not None for m in lines)
     assert "report_to:" not in output, output  # no tracker failed
+    lines = output.splitlines()
+    board = run_dir / "tensorboard"
+    assert f"tracking: tensorboard logs to {board} (view: tensorboard --logdir {board})" in lines
+    store = (run_dir / "mlruns").resolve().as_uri()
+    assert any(re.fullmatch(rf"tracking: mlflow logs run \w+ to {re.escape(store)} \(view: mlflow ui "
+                            rf"--backend-store-uri {re.escape(store)}\)", line) for line in lines), output  # fmt: skip
+    assert any(line.startswith("tracking: wandb logs run ") and f"(offline) to {run_dir / 'wandb'}" in line
+               for line in lines), output  # fmt: skip
     state = json.loads((run_dir / "tracking.json").read_text())
     assert set(state) == {"tensorboard", "wandb", "mlflow"}
 

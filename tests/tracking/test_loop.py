@@ -92,3 +92,26 @@ def test_an_interrupted_run_closes_its_trackers_and_its_resume_continues_them(tm
     assert recorder.calls[0][:3] == ("open", True, 3)
     assert [c[1] for c in recorder.calls if c[0] == "scalars"] == [3, 4]
     assert recorder.calls[-1] == ("close", "finished")
+
+
+def test_a_run_says_where_each_tracker_logs_and_a_resume_says_from_which_step(tmp_path, recorder, capsys,
+                                                                              monkeypatch):  # fmt: skip
+    monkeypatch.setattr(Recorder, "where", f"logs to {tmp_path / 'rec'} (view: rec {tmp_path / 'rec'})", raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        _loop(tmp_path, Counting(interrupt_at=2), steps=4).run()
+    first = capsys.readouterr().out
+    assert f"tracking: recorder logs to {tmp_path / 'rec'} (view: rec {tmp_path / 'rec'})" in first.splitlines()
+    assert "resuming" not in first
+    _loop(tmp_path, Counting(), steps=4).run(resume=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert f"resuming from step 2 ({tmp_path / 'checkpoints' / 'step_000002.pt'})" in lines
+    assert lines.index(f"resuming from step 2 ({tmp_path / 'checkpoints' / 'step_000002.pt'})") < lines.index(
+        f"tracking: recorder logs to {tmp_path / 'rec'} (view: rec {tmp_path / 'rec'})"
+    )
+
+
+def test_a_resume_without_a_checkpoint_says_it_starts_over(tmp_path, capsys):
+    ctx = RunContext(env=None, policy=None, eval=None, seed=0, run_dir=tmp_path)
+    cfg = LoopConfig(steps=1, eval_before_after=False, progress=False)
+    Loop(ctx, cfg, Counting()).run(resume=True)
+    assert f"no checkpoint in {tmp_path / 'checkpoints'}: starting over from step 0" in capsys.readouterr().out

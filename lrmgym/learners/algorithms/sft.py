@@ -286,11 +286,11 @@ def train_masked_ce(
     Returns:
         Measured facts: seconds, tokens/s, first and final loss (mean over the last 20 steps).
     """
-    from tqdm.auto import tqdm
+    from lrmgym.progress import progress_bar
 
     trainer = MaskedCE(model, cfg.lr, lambda s: _lr_factor(s, cfg), weight_decay=cfg.weight_decay)
     losses, tokens, start = [], 0, time.perf_counter()
-    bar = tqdm(total=cfg.steps, desc="training tiny model", unit="step", disable=not progress)
+    bar = progress_bar(cfg.steps, "training tiny model", "steps", enabled=progress)
     for ids, labels in masked_ce_batches(pairs, tokenizer, cfg.batch_size):
         out = trainer.step(ids, labels)
         losses.append(out["loss"])

@@ -252,12 +252,14 @@ class Loop:
         clean_temps(self.run_dir, _say)
         state, self.log_gaps = checkpoint_with_log(self.checkpoints, self.metrics_log, _say)
         if state is None:  # killed before the first checkpoint: start over in the same directory
+            _say(f"no checkpoint in {self.checkpoints.directory}: starting over from step 0")
             self.metrics_log.truncate(0)
             self.samples_log.truncate(0)
             return
         self.algorithm.load_state_dict(state)
         restore_rng(state["rng"])
         self.step = int(state["step"])
+        _say(f"resuming from step {self.step} ({self.checkpoints.path(self.step)})")
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
         self.generations = int(state.get("generations", 0))
         self.evals = dict(state.get("evals", {}))
@@ -433,12 +435,9 @@ class Loop:
         return metrics
 
     def _progress_bar(self) -> Any:
-        from tqdm.auto import tqdm
+        from lrmgym.progress import progress_bar  # a live bar on a terminal, plain lines in a log file
 
-        return tqdm(
-            total=self.cfg.steps, initial=self.step, desc=self.algorithm.name, unit="step",
-            disable=not self.cfg.progress, dynamic_ncols=True,
-        )  # fmt: skip
+        return progress_bar(self.cfg.steps, self.algorithm.name, "steps", enabled=self.cfg.progress, initial=self.step)
 
     def _open_trackers(self, resume: bool) -> Trackers:
         """The trackers of ``ctx.report_to``, continuing the ones of the interrupted session on a resume."""
@@ -480,8 +479,7 @@ class Loop:
     def finish(self, status: str) -> dict[str, Any]:
         """Write ``summary.json`` and the plot; returns the summary."""
         metrics = list(self.metrics_log.records())
-        points = [(e["step"], e["sampled"]["accuracy"]) for e in self.evals.values() if "sampled" in e]
-        plot = plot_metrics(metrics, self.run_dir / "plots" / "metrics.png", evals=sorted(points))
+        plot = plot_metrics(metrics, self.run_dir / "plots" / "metrics.png", evals=self.evals)
         last = metrics[-10:]
         summary = {
             "status": status,
@@ -502,6 +500,8 @@ class Loop:
         }
         if self.log_gaps:
             summary["log_gaps"] = self.log_gaps
+        if commands := _model_commands(self.run_dir, self.ctx.config):
+            summary["model_commands"] = commands
         extra = self.algorithm.summary()
         if extra:
             summary[self.algorithm.name] = extra
@@ -527,7 +527,12 @@ class Loop:
                     table.add_row(label, _fmt_acc(b), _fmt_acc(a), f"{100 * (a['accuracy'] - b['accuracy']):+.1f} pts")
             console.print(table)
         steps, train_s = summary["steps"], summary["train_wall_s"]
-        console.print(f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)")
+        console.print(
+            f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)", soft_wrap=True
+        )
+        for what, key in (("evaluate the trained model", "eval"), ("export it (transformers folder)", "export")):
+            if key in summary.get("model_commands", {}):
+                console.print(f"{what}: {summary['model_commands'][key]}", soft_wrap=True, highlight=False)
         speed = summary["speed"]
         if "note" in speed:
             console.print(speed["note"])
@@ -564,6 +569,12 @@ class _Interrupt:
     def __exit__(self, *exc: Any) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
+
+
+def _model_commands(run_dir: Any, config: Any) -> dict[str, str]:
+    from lrmgym.integrations.hf_export import model_commands
+
+    return model_commands(run_dir, config) if config is not None else {}
 
 
 def _say(message: str) -> None:

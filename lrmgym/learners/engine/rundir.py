@@ -7,7 +7,7 @@ Layout (see DESIGN.md "Runs")::
     run_dir/samples.jsonl        a few rollouts per step, with their verdicts
     run_dir/checkpoints/step_000040.pt   model, optimizer, RNG states, step, data position
     run_dir/eval/<tag>/          evaluation results
-    run_dir/plots/metrics.png    reward, accuracy, length and KL against step
+    run_dir/plots/metrics.png    reward, accuracy (held-out evaluations as markers), length, KL, loss, grad norm, critic
     run_dir/summary.json         before/after results, wall time, status
     run_dir/tracking.json        with run.report_to: the trackers' run ids (tensorboard/, wandb/, mlruns/ beside it)
     run_dir/run.lock             while a process trains in it: that process's PID (see :func:`lock_run_dir`)
@@ -302,53 +302,15 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-PLOT_PANELS: tuple[tuple[str, str], ...] = (
-    ("reward/mean", "reward"),
-    ("accuracy", "accuracy (train, T=sampling)"),
-    ("length/mean", "policy tokens per trajectory"),
-    ("kl_ref", "KL to the initial policy (k3)"),
-)
-"""The metrics plotted against step, with their panel titles."""
-
-
-def plot_metrics(metrics: list[dict[str, Any]], out_png: Path, evals: list[tuple[int, float]] | None = None) -> Path:
-    """Plot reward, accuracy, length and KL against step into ``out_png`` (atomically).
+def plot_metrics(metrics: list[dict[str, Any]], out_png: Path, evals: dict[str, Any] | None = None) -> Path:
+    """Plot a run's metrics against step into ``out_png`` (atomically); see :func:`lrmgym.report.charts.overview_png`.
 
     Args:
         metrics: The records of ``metrics.jsonl``.
         out_png: The image to write.
-        evals: ``(step, held-out accuracy)`` points drawn on the accuracy panel.
+        evals: The held-out evaluations as ``summary.json`` keeps them, drawn as markers at their steps.
     """
-    import io
+    from lrmgym.report.charts import overview_png  # the report's charts: one drawing code for both
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
-    steps = [m["step"] for m in metrics]
-    for ax, (key, title) in zip(axes.flat, PLOT_PANELS, strict=True):
-        values = [m.get(key) for m in metrics]
-        pts = [(s, v) for s, v in zip(steps, values, strict=True) if isinstance(v, (int, float))]
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, lw=0.8, alpha=0.5, color="C0", label="train")
-            # A 10-point moving mean makes the trend readable through the noise (a point is a step, or every
-            # n-th step for the KL).
-            if len(ys) >= 10:
-                smooth = np.convolve(ys, np.ones(10) / 10, mode="valid")
-                ax.plot(xs[9:], smooth, lw=1.6, color="C0", label="train (10-point moving mean)")
-        if key == "accuracy" and evals:
-            ax.plot(*zip(*evals, strict=True), "o-", color="C3", label="held-out")
-            ax.legend(fontsize=8)
-        ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3)
-    for ax in axes[-1]:
-        ax.set_xlabel("step")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(out_png, buf.getvalue())
+    atomic_write_bytes(out_png, overview_png(metrics, evals))
     return Path(out_png)
