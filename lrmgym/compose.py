@@ -24,15 +24,33 @@ def build_env(config: Any) -> Any:
     return JudgedEnv(env, [judge.build() for judge in config.judge.values()])
 
 
+def env_answer_instruction(env_config: Any) -> str:
+    """The system instruction ``auto`` stands for with this env config (``""``: none needed or known).
+
+    The math env in the ``compact`` style: its own instruction for its ``template`` (the sentence its ``instruct``
+    style appends to each question). Anything else: ``""`` (Game24's compact prompts too: its instruction depends
+    on the episode mode; ``env.style=instruct`` is what a real model should get there).
+    """
+    env_id = str(getattr(env_config, "id", ""))
+    template = getattr(env_config, "template", None)
+    if getattr(env_config, "style", None) != "compact" or template is None:
+        return ""
+    if env_id.startswith("lrmgym/Math-"):
+        from lrmgym.envs.math.templates import INSTRUCTIONS
+
+        return INSTRUCTIONS.get(str(template), "")
+    return ""
+
+
 def build_policy(config: Any) -> Any:
     """The configured policy; a tiny model of a recipe not built yet is built (and cached) first.
 
     ``policy.path=RUN`` naming a run directory loads that run's trained model (its newest checkpoint; see
-    :func:`lrmgym.integrations.hf_export.load_run_policy`).
+    :func:`lrmgym.runs.load_run_policy`).
     """
     path = getattr(config.policy, "path", None)
     if config.policy.kind == "tiny" and path:
-        from lrmgym.integrations.hf_export import HFExportError, is_run_dir, load_run_policy
+        from lrmgym.runs import HFExportError, is_run_dir, load_run_policy
 
         if is_run_dir(path):
             try:
@@ -49,8 +67,6 @@ def build_policy(config: Any) -> Any:
         build_tiny(config.policy)
     policy = config.policy
     if getattr(policy, "answer_instruction", None) == "auto":  # policy=hf: the env's answer-format instruction
-        from lrmgym.policies.answer_format import env_answer_instruction
-
         policy = policy.model_copy(update={"answer_instruction": env_answer_instruction(config.env)})
     return policy.build()
 
@@ -58,6 +74,7 @@ def build_policy(config: Any) -> Any:
 def build_context(config: Any, run_dir: Path | str) -> Any:
     """Build the run's env, policy and eval plan from a resolved :class:`~lrmgym.configs.schema.RunConfig`."""
     from lrmgym.learners.engine.context import RunContext
+    from lrmgym.runs import model_commands
 
     return RunContext(
         env=build_env(config),
@@ -69,6 +86,7 @@ def build_context(config: Any, run_dir: Path | str) -> Any:
         make_policy=functools.partial(build_policy, config),
         config=config,
         report_to=tuple(config.run.report_to),
+        model_commands=functools.partial(model_commands, config=config),
     )
 
 

@@ -13,15 +13,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "lrmgym"
 RANK = {
     "core": 0, "registry": 0, "cache": 0, "files": 0,
+    "progress": 0,  # log-friendly progress lines for every wing's loops (stdlib only)
     "envs": 1, "policies": 1,
     "judges": 2,
     "testing": 2.5,  # the public test kit: mocks and batteries over envs, policies and judges
     "episodes": 2.7,  # multi-turn episodes of a policy in an env: below eval and learners
     "eval": 3,
     "tracking": 3.5,  # experiment trackers (TensorBoard, W&B, MLflow): fed by the learners' loop, below it
+    "report": 3.8,  # `lrmgym report`: reads run directories (imports only files); the loop draws its plots with it
     "learners": 4,
-    "report": 4.5,  # `lrmgym report`: reads the run directories learners write (imports only files)
     "configs": 5,
+    "runs": 5.5,  # a trained run read back (policy.path=RUN) and its eval/export commands: over configs, learners
     "compose": 6,
     "integrations": 6.5,  # OpenRLHF's data, plug-ins and launch, `lrmgym serve`: over the composition root
     "adapters": 6.7,  # TRL reward functions, verl compute_score and export: over integrations' labels and scorer

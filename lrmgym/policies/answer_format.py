@@ -8,7 +8,8 @@ way to know that the math env reads its answer from ``<answer> </answer>`` (temp
 after a system message with the instruction (:func:`with_instruction`).
 
 ``auto`` is resolved when the run composes its parts (:func:`lrmgym.compose.build_policy`), from the env's config
-(:func:`env_answer_instruction`): the env's own instruction for its answer template when its prompts are compact
+(:func:`lrmgym.compose.env_answer_instruction`): the env's own instruction for its answer template when its
+prompts are compact
 (they state no format), and no system message (``""``) where the prompts state the format already (the
 ``instruct`` style, the code env's prompts) or the env is not one this module knows. The tiny policy has no such key:
 its prompts stay as they are.
@@ -16,32 +17,12 @@ its prompts stay as they are.
 
 from __future__ import annotations
 
-from typing import Any
-
 from lrmgym.core import Prompt
 
-__all__ = ["AUTO", "env_answer_instruction", "with_instruction"]
+__all__ = ["AUTO", "with_instruction"]
 
 AUTO = "auto"
-"""``policy.answer_instruction``'s value that takes the env's instruction (:func:`env_answer_instruction`)."""
-
-
-def env_answer_instruction(env_config: Any) -> str:
-    """The system instruction ``auto`` stands for with this env config (``""``: none needed or known).
-
-    The math env in the ``compact`` style: its own instruction for its ``template`` (the sentence its ``instruct``
-    style appends to each question). Anything else: ``""`` (Game24's compact prompts too: its instruction depends
-    on the episode mode; ``env.style=instruct`` is what a real model should get there).
-    """
-    env_id = str(getattr(env_config, "id", ""))
-    template = getattr(env_config, "template", None)
-    if getattr(env_config, "style", None) != "compact" or template is None:
-        return ""
-    if env_id.startswith("lrmgym/Math-"):
-        from lrmgym.envs.math.templates import INSTRUCTIONS
-
-        return INSTRUCTIONS.get(str(template), "")
-    return ""
+"""``policy.answer_instruction``'s value that takes the env's instruction (``compose.env_answer_instruction``)."""
 
 
 def with_instruction(prompt: Prompt, instruction: str) -> Prompt:

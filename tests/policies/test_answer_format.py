@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from lrmgym.compose import build_env, build_policy
+from lrmgym.compose import build_env, build_policy, env_answer_instruction
 from lrmgym.configs.resolve import load_preset, resolve
 from lrmgym.core import Completion
 from lrmgym.envs.math.templates import INSTRUCTIONS
-from lrmgym.policies.answer_format import env_answer_instruction, with_instruction
+from lrmgym.policies.answer_format import with_instruction
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"

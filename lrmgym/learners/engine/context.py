@@ -32,6 +32,9 @@ class RunContext:
         config: The resolved run config, when there is one (written to records; never used to build).
         report_to: The experiment trackers the run loop also logs to (``run.report_to``; see
             :mod:`lrmgym.tracking`).
+        model_commands: ``run_dir -> {"eval": ..., "export": ..., "eval_export": ...}``, the commands that
+            evaluate and export the trained model, for the run's summary (:func:`lrmgym.runs.model_commands`,
+            given by the composition root); ``None``: the summary has none.
     """
 
     env: Any
@@ -43,6 +46,7 @@ class RunContext:
     make_policy: Callable[[], Any] | None = None
     config: Any = None
     report_to: tuple[str, ...] = ()
+    model_commands: Callable[[Path], dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)

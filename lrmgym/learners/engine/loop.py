@@ -500,7 +500,7 @@ class Loop:
         }
         if self.log_gaps:
             summary["log_gaps"] = self.log_gaps
-        if commands := _model_commands(self.run_dir, self.ctx.config):
+        if self.ctx.model_commands is not None and (commands := self.ctx.model_commands(self.run_dir)):
             summary["model_commands"] = commands
         extra = self.algorithm.summary()
         if extra:
@@ -569,12 +569,6 @@ class _Interrupt:
     def __exit__(self, *exc: Any) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
-
-
-def _model_commands(run_dir: Any, config: Any) -> dict[str, str]:
-    from lrmgym.integrations.hf_export import model_commands
-
-    return model_commands(run_dir, config) if config is not None else {}
 
 
 def _say(message: str) -> None:
