@@ -22,6 +22,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from lrmgym.learners.algorithms.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
+from lrmgym.learners.algorithms.tis import tis_weights
 from lrmgym.learners.engine import shared_prefix
 from lrmgym.learners.engine.common import (
     adamw,
@@ -135,6 +136,11 @@ class PolicyGradientConfig(LoopConfig):
     the KL measures the drift since the last reset; None keeps the initial policy as the reference."""
     behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
     """Log-probs of the behaviour policy in the ratio: recomputed by the trainer, or the sampler's own."""
+    tis_cap: float | None = Field(2.0, gt=0.0, le=100.0)
+    """With a separate rollout engine (policy.engine=vllm) and behavior_logprobs=recompute: weight each token's
+    policy loss by min(pi_old / pi_engine, tis_cap), truncated importance sampling for the train/infer gap
+    (lrmgym.learners.algorithms.tis; 2.0 as in Yao et al. 2025); None disables it. The lean sampler runs the
+    trainer's own weights, so it gets no weight."""
 
     @field_validator("adam_betas")
     @classmethod
@@ -277,6 +283,7 @@ class PolicyUpdater:
         self.cfg, self.policy, self.progress, self.norm_len = cfg, policy, progress, norm_len
         self.temperature = temperature
         self.model = policy.model
+        self.engine = getattr(policy, "rollout_engine", None)  # a separate sampler sent the weights (vllm_engine)
         self.shape = LlamaShape.of_model(self.model)  # None: a model lrmgym.learners.engine.flops does not count
         self.device = next(self.model.parameters()).device
         if cfg.update_threads > 1 and self.device.type != "cpu":
@@ -343,6 +350,8 @@ class PolicyUpdater:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.model.load_state_dict(state["model"])
+        if self.engine is not None:
+            self.engine.mark_stale()
         if self.master is not None:  # the float32 weights as saved, else the loaded (rounded) ones
             self.master.load(state.get("fp32_master"))
         self.optimizer.load_state_dict(state["optimizer"])
@@ -529,6 +538,12 @@ class PolicyUpdater:
         }  # fmt: skip
         if sampler_known:
             empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
+        # Truncated importance sampling: the rollouts came from a separate engine and pi_old is the trainer's.
+        tis = self.cfg.tis_cap is not None and self.engine is not None and sampler_known and behavior != "sampler"
+        if tis:
+            empty["train_infer/tis_capped_frac"] = None
+        if self.engine is not None:
+            self.engine.begin_update()  # the weights change: the engine sleeps (GPU) and is sent them before sampling
         if self.shape is not None:
             empty.update({"compute/flops_forward": 0, "compute/flops_backward": 0})
             empty.update({"compute/executed_flops_forward": 0, "compute/executed_flops_backward": 0})
@@ -564,7 +579,7 @@ class PolicyUpdater:
         norm_len = self.norm_len
         self.model.train()
         sums = {"loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_max": 0.0, "grad_norm": 0.0}
-        sums.update(gap=0.0, gap_kl=0.0)
+        sums.update(gap=0.0, gap_kl=0.0, tis_capped=0.0)
         # Compute, as tokens through a model (prompt + completion, padding excluded; a prompt shared by a group is
         # counted once per row, as a trainer without prefix sharing computes it): with gradient, and without.
         batch_tokens = float(batch.attention_mask.sum())
@@ -608,7 +623,7 @@ class PolicyUpdater:
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]
                     logp, entropy, executed = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
-                    part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl"), 0.0)
+                    part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl", "tis_capped"), 0.0)
                     part["grad_tokens"] = float(sub.attention_mask.sum())
                     part["grad_flops"] = forward_flops(shape, [lengths[r] for r in micro]) if shape is not None else 0
                     part["grad_executed"] = executed
@@ -619,7 +634,12 @@ class PolicyUpdater:
                         clip_low=cfg.clip_low, clip_high=cfg.clip_high, is_cap=cfg.is_cap,
                         is_cap_mode=cfg.is_cap_mode,
                     )  # fmt: skip
-                    loss = aggregate(out.loss, mask, cfg.loss_agg, norm_len=norm_len)
+                    token_loss = out.loss
+                    if tis:
+                        w = tis_weights(old, sampler_lp[micro, :t], cfg.tis_cap)
+                        token_loss = token_loss * w
+                        part["tis_capped"] = float(((w >= cfg.tis_cap) & mask).sum()) if epoch == 0 else 0.0
+                    loss = aggregate(token_loss, mask, cfg.loss_agg, norm_len=norm_len)
                     if ref_all is not None:
                         kl = kl_penalty(logp, ref_all[micro, :t], cfg.kl_estimator)
                         if cfg.kl_coef > 0:
@@ -685,6 +705,8 @@ class PolicyUpdater:
                 "train_infer/logp_abs_diff": sums["gap"] / max(first_epoch_tokens, 1.0),
                 "train_infer/kl": sums["gap_kl"] / max(first_epoch_tokens, 1.0),
             }
+            if tis:  # the share of policy tokens whose weight hit the cap
+                gap["train_infer/tis_capped_frac"] = sums["tis_capped"] / max(first_epoch_tokens, 1.0)
         flops = {}
         if shape is not None:
             flops = {
