@@ -18,8 +18,9 @@ from pydantic import Field, model_validator
 from lrmgym.episodes import Rollout, rollout
 from lrmgym.learners.engine.common import check_trainable, derived_seed, usable_cpus
 from lrmgym.learners.engine.loop import Algorithm
+from lrmgym.learners.engine.pg_config import PolicyGradientConfig
 from lrmgym.learners.engine.rollout import env_attr
-from lrmgym.learners.engine.update import PolicyGradientConfig, PolicyUpdater
+from lrmgym.learners.engine.update import PolicyUpdater
 from lrmgym.policies.base import SamplingParams
 
 __all__ = ["OnPolicy", "RolloutConfig"]
