@@ -476,13 +476,13 @@ class HFPolicyConfig(BaseModel):
             if self.engine_kwargs:
                 raise ValueError("policy.engine_kwargs configures policy.engine=vllm; set that or drop engine_kwargs")
             return self
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ValueError(f"policy.engine='vllm' runs on cpu or cuda, not policy.device={self.device!r}")
         from lrmgym.policies.vllm_engine import vllm_missing
 
         missing = vllm_missing()
         if missing is not None:
             raise ValueError(f"policy.engine='vllm' needs vLLM: {missing}")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
-            raise ValueError(f"policy.engine='vllm' runs on cpu or cuda, not policy.device={self.device!r}")
         return self
 
     def _with_adapter(self, model: Any) -> Any:

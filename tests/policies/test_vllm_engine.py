@@ -59,6 +59,11 @@ def test_the_cli_refuses_engine_vllm_without_vllm_in_one_line_and_writes_nothing
     assert not runs.exists()
 
 
+def test_engine_vllm_on_a_device_vllm_lacks_is_refused():
+    with pytest.raises(ValidationError, match=r"policy\.engine='vllm' runs on cpu or cuda, not policy\.device='mps'"):
+        HFPolicyConfig(model=str(TINY), engine="vllm", device="mps")
+
+
 def test_engine_kwargs_without_the_vllm_engine_are_refused():
     with pytest.raises(ValidationError, match="policy.engine_kwargs configures policy.engine=vllm"):
         HFPolicyConfig(model=str(TINY), engine_kwargs={"max_model_len": 128})
