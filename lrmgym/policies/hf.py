@@ -148,7 +148,11 @@ class HFPolicy:
     Attributes:
         model: The torch model (the learner updates it in place).
         tokenizer: The tokenizer.
+        rollout_engine: The engine that samples instead of the lean sampler (``policy.engine=vllm``:
+            :class:`~lrmgym.policies.vllm_engine.VLLMRolloutEngine`), or ``None``.
     """
+
+    rollout_engine: Any = None
 
     def __init__(
         self,
@@ -312,6 +316,10 @@ class HFPolicy:
 
     def _sample(self, encoded: list[list[int]], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         """Sample ``n`` continuations of each encoded prompt."""
+        if self.rollout_engine is not None:
+            by_prompt = self.rollout_engine.generate(self.model, encoded, n, sampling, self.eos_token_ids)
+            pairs = zip(encoded, by_prompt, strict=True)
+            return [[self._completion(s, ids, sampling.stop) for s in group] for ids, group in pairs]
         rows = [ids for ids in encoded for _ in range(n)]  # prompt i's samples are rows i*n .. i*n+n-1
         generator = torch.Generator(device=self.device)
         seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
@@ -415,6 +423,12 @@ class HFPolicyConfig(BaseModel):
     through `generate` and training models the lean forward does not take. None: transformers' choice (sdpa
     where it applies). "flash_attention_2" needs the flash-attn package and a CUDA GPU. The lean training
     forward (Llama, Mistral, Qwen2, Qwen3, Gemma) uses SDPA from 512 positions on whatever this says."""
+    engine: Literal["lean", "vllm"] = "lean"
+    """What samples rollouts (and evaluations): "lean", this process's torch sampler (lrmgym.policies.sampling), or
+    "vllm", a colocated vLLM engine built from the same weights and sent the trained ones after each update (the
+    adapter alone for LoRA), sleeping during the update on a GPU (lrmgym.policies.vllm_engine). Needs vLLM."""
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """With engine=vllm: extra keyword arguments for vllm.LLM (e.g. gpu_memory_utilization, max_model_len)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward instead of keeping them: less memory for long
     rollouts, about a third more compute in the update. transformers' gradient checkpointing (non-reentrant),
@@ -458,13 +472,39 @@ class HFPolicyConfig(BaseModel):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = self._with_adapter(model)
         instruction = "" if self.answer_instruction == AUTO else self.answer_instruction  # unresolved: no system turn
-        return HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
-                        batch_size=self.batch_size, answer_instruction=instruction)  # fmt: skip
+        policy = HFPolicy(model, tokenizer, device=self.device, chat_template=self.chat_template,
+                          batch_size=self.batch_size, answer_instruction=instruction)  # fmt: skip
+        if self.engine == "vllm":
+            from lrmgym.policies.vllm_engine import VLLMRolloutEngine
+
+            rank = None  # a LoRA policy's engine runs the base model and is sent the adapter alone
+            if self.lora is not None or self.adapter is not None:
+                rank = self.lora.r if self.lora is not None else int(model.peft_config["default"].r)
+            policy.rollout_engine = VLLMRolloutEngine.start(
+                str(folder), tokenizer=str(tokenizer_path), dtype=self.dtype, device=policy.device, lora_rank=rank,
+                trust_remote_code=self.trust_remote_code, engine_kwargs=self.engine_kwargs,
+            )  # fmt: skip
+        return policy
 
     @model_validator(mode="after")
     def _adapter_or_lora(self) -> HFPolicyConfig:
         if self.adapter is not None and self.lora is not None:
             raise ValueError("set policy.adapter (load a trained adapter) or policy.lora (a fresh one), not both")
+        return self
+
+    @model_validator(mode="after")
+    def _check_engine(self) -> HFPolicyConfig:
+        if self.engine == "lean":
+            if self.engine_kwargs:
+                raise ValueError("policy.engine_kwargs configures policy.engine=vllm; set that or drop engine_kwargs")
+            return self
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise ValueError(f"policy.engine='vllm' runs on cpu or cuda, not policy.device={self.device!r}")
+        from lrmgym.policies.vllm_engine import vllm_missing
+
+        missing = vllm_missing()
+        if missing is not None:
+            raise ValueError(f"policy.engine='vllm' needs vLLM: {missing}")
         return self
 
     def _with_adapter(self, model: Any) -> Any:

@@ -12,7 +12,8 @@ import torch
 from fasttrain_helpers import _model
 from test_lora_reference import SEQS, _Policy
 
-from lrmgym.learners.engine.update import PolicyGradientConfig, PolicyUpdater
+from lrmgym.learners.engine.pg_config import PolicyGradientConfig
+from lrmgym.learners.engine.update import PolicyUpdater
 
 ADV = [1.0, -0.5, 0.25, -0.75]
 

@@ -12,8 +12,10 @@ import pytest
 import torch
 from fasttrain_helpers import _model
 
+from lrmgym.learners.engine.pg_config import PolicyGradientConfig
 from lrmgym.learners.engine.rollout import TokenizedTrajectory, collate
-from lrmgym.learners.engine.update import AdapterOffReference, PolicyGradientConfig, PolicyUpdater, frozen_reference
+from lrmgym.learners.engine.update import PolicyUpdater
+from lrmgym.learners.engine.weights import AdapterOffReference, frozen_reference
 
 peft = pytest.importorskip("peft")
 

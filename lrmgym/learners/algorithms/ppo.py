@@ -35,7 +35,7 @@ from lrmgym.learners.engine.loop import Loop, StepResult
 from lrmgym.learners.engine.metrics import rollout_metrics, sample_records
 from lrmgym.learners.engine.onpolicy import OnPolicy, RolloutConfig
 from lrmgym.learners.engine.rollout import collate, tokenize_trajectory
-from lrmgym.learners.engine.update import AdapterOffReference, frozen_reference
+from lrmgym.learners.engine.weights import AdapterOffReference, frozen_reference
 
 __all__ = ["PPO", "PPOConfig", "explained_variance", "token_rewards", "whiten"]
 

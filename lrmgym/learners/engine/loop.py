@@ -17,19 +17,17 @@ a run never trains on nothing in silence. The run directory stays resumable.
 from __future__ import annotations
 
 import math
-import re
-import signal
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from lrmgym.learners.engine.algorithm import Algorithm, LoopConfig, StepResult
 from lrmgym.learners.engine.common import keep_freed_memory
 from lrmgym.learners.engine.context import RunContext
+from lrmgym.learners.engine.failures import FailedStepsError, failed_step, last_failure
 from lrmgym.learners.engine.flops import achieved_rates
+from lrmgym.learners.engine.interrupt import Interrupt
 from lrmgym.learners.engine.resume import checkpoint_with_log, clean_temps
 from lrmgym.learners.engine.rundir import (
     Checkpointer,
@@ -40,140 +38,16 @@ from lrmgym.learners.engine.rundir import (
     plot_metrics,
     restore_rng,
 )
+from lrmgym.learners.engine.summary import duration, eval_summary, print_table
 from lrmgym.tracking import Trackers
 
+# Algorithm, LoopConfig and StepResult (engine/algorithm.py), FailedStepsError and failed_step (engine/failures.py) are
+# re-exported: what a learner imports from the loop.
 __all__ = ["Algorithm", "FailedStepsError", "Loop", "LoopConfig", "StepResult", "failed_step"]
-
-
-class FailedStepsError(SystemExit):
-    """The run stopped after steps that graded nothing; the message is one line: what, the last error, the fix.
-
-    A :class:`SystemExit` (status 1, the message printed without a traceback), because nothing in the program is
-    broken: the judge or the env's verifier is. A library caller can catch it; the run directory is resumable.
-    """
-
-
-def failed_step(metrics: dict[str, Any]) -> str | None:
-    """What made a step's grading fail, or ``None``: every sample ungradeable, or a judge failed on every sample.
-
-    Reads the step's ``ungradeable_frac`` and each judge's ``judge/<name>/failures`` and ``judge/<name>/calls``
-    (learners that log neither are never stopped).
-    """
-    if metrics.get("ungradeable_frac") == 1.0:
-        return "every sample was ungradeable"
-    for key, failures in metrics.items():
-        name = re.fullmatch(r"judge/(.+)/failures", key)
-        calls = metrics.get(f"judge/{name[1]}/calls") if name else None
-        if isinstance(calls, (int, float)) and calls > 0 and isinstance(failures, (int, float)) and failures >= calls:
-            return f"the {name[1]} judge failed on all {int(calls)} samples"  # type: ignore[index]
-    return None
-
-
-def _last_failure(samples: list[dict[str, Any]], env: Any) -> str:
-    """The newest failure reason on record: a failed judge component of the step's samples, else the env's."""
-    from lrmgym.episodes import env_attr
-
-    found = None
-    for record in samples:
-        for traj in record.get("trajectories", ()):
-            verdict = traj.get("verdict") or {}
-            for comp in verdict.get("components") or ():
-                if comp.get("score") is None and comp.get("reason"):
-                    found = f"{comp.get('name')}: {comp['reason']}"
-            if found is None and verdict.get("score") is None and verdict.get("reason"):
-                found = str(verdict["reason"])
-    found = found or env_attr(env, "last_failure") or "none recorded (learner.log_samples=0 keeps no samples)"
-    return " ".join(str(found).split())[:400]
 
 
 SLOWER = 0.9
 """A run below this share of ``idle_steps_per_s`` says in its summary that the machine ran slower."""
-
-
-class LoopConfig(BaseModel):
-    """Options of the run loop, shared by every native learner."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    steps: int = Field(150, ge=1, le=10_000_000)
-    """Training steps."""
-    time_budget_s: float | None = Field(None, gt=0.0)
-    """Stop after this many seconds of training (summed over resumes), even before `steps`; None: no limit.
-    Keeps a run's wall time bounded on a busy machine, at the price of a load-dependent step count."""
-    generation_budget: int | None = Field(None, ge=1)
-    """Stop once this many completions have been sampled for training (the steps' `generations`, summed over
-    resumes), even before `steps`; None: no limit. Compares learners at equal sampling cost (DAPO's dynamic
-    sampling draws more per step than GRPO)."""
-    eval_before_after: bool = True
-    """Evaluate on the held-out tasks of `eval` before training and after the last step."""
-    eval_greedy: bool = True
-    """Beside the `eval` settings, also report greedy (temperature 0, one sample) held-out accuracy."""
-    eval_every: int = Field(0, ge=0)
-    """Also evaluate every this many steps (0: only before and after)."""
-    checkpoint_every: int = Field(25, ge=1)
-    """Save a checkpoint every this many steps (and at the end, and on Ctrl-C)."""
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
-    """How many of the newest checkpoints to keep."""
-    log_samples: int = Field(2, ge=0)
-    """Groups per step written to samples.jsonl (all their trajectories, with verdicts)."""
-    torch_threads: int | None = Field(None, ge=1, le=1024)
-    """torch intra-op threads; None keeps torch's default. On a busy 2-core machine 1 can be faster."""
-    progress: bool = True
-    """Show a progress bar with reward and tokens/s."""
-    idle_steps_per_s: float | None = Field(None, gt=0.0)
-    """The steps per second this configuration was measured at on an idle 2-core machine (the default run's preset
-    sets it, and the resolver drops it for runs it does not describe): the run prints when it expects to finish,
-    and its summary says when the machine ran slower. It informs only; None: no expectation."""
-    max_failed_steps: int = Field(3, ge=0, le=1_000_000)
-    """Stop (checkpoint saved, exit 1, the resume command printed) after this many steps in a row in which every
-    sample was ungradeable or a judge failed on every sample, e.g. a dead LLM-judge endpoint; 0: only warn."""
-
-
-@dataclass
-class StepResult:
-    """What one algorithm step produced: its metrics line (without ``step``) and its sample records."""
-
-    metrics: dict[str, Any]
-    samples: list[dict[str, Any]] = field(default_factory=list)
-
-
-class Algorithm:
-    """The part of a learner that is not the loop. Subclasses implement :meth:`setup` and :meth:`train_step`.
-
-    ``self.loop`` is set before :meth:`setup`; the algorithm reads ``loop.step`` (steps done),
-    ``loop.progress()`` and ``loop.ctx`` from it.
-    """
-
-    name = "learner"
-    loop: Loop
-
-    def setup(self) -> None:
-        """Build what training needs (optimizer, reference model, workers) from ``self.loop.ctx``."""
-
-    def train_step(self) -> StepResult:
-        """Run one training step."""
-        raise NotImplementedError
-
-    def end_step(self) -> None:
-        """Called once the loop has counted the step and its time (learning-rate schedules step here)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint must hold to resume this algorithm exactly."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-
-    def postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
-        """What the progress bar shows of a step's metrics."""
-        return {}
-
-    def summary(self) -> dict[str, Any]:
-        """What ``summary.json`` records of this algorithm beyond the loop's keys (under the algorithm's name)."""
-        return {}
-
-    def close(self) -> None:
-        """Release workers and other resources (called once, also after an error)."""
 
 
 class Loop:
@@ -321,7 +195,7 @@ class Loop:
         self._announce()
         bar = self._progress_bar()
         status = "finished"
-        with _Interrupt() as interrupt:
+        with Interrupt() as interrupt:
             while self.step < self.cfg.steps:
                 if self.over_budget():
                     gens = self.cfg.generation_budget
@@ -357,7 +231,7 @@ class Loop:
             self._record_eval("after", self.evaluate(f"step_{self.step}"))
             self.save()  # so that a resume after this point does not evaluate again
         summary = self.finish(status)
-        self._print_table(summary)
+        print_table(self, summary)
         return summary
 
     def _check_grading(self, metrics: dict[str, Any]) -> str | None:
@@ -367,7 +241,7 @@ class Loop:
             self._failed_streak = 0
             return None
         self._failed_streak += 1
-        last = _last_failure(self._last_samples, self.ctx.env)
+        last = last_failure(self._last_samples, self.ctx.env)
         limit = self.max_failed_steps
         if limit and self._failed_streak >= limit:
             name = last.split(":", 1)[0]
@@ -391,7 +265,7 @@ class Loop:
         budget = self.cfg.time_budget_s
         cap = f"; learner.time_budget_s={budget:g} stops it sooner on a slower one" if budget else ""
         _say(
-            f"Training {left} steps: about {_duration(seconds)} at the {rate:g} steps/s of an idle 2-core machine, "
+            f"Training {left} steps: about {duration(seconds)} at the {rate:g} steps/s of an idle 2-core machine, "
             f"done at about {finish}, then the final evaluation{cap}."
         )
 
@@ -465,11 +339,11 @@ class Loop:
         cfg = cfg if cfg is not None else ctx.eval
         progress = self.cfg.progress
         report = evaluate(ctx.env, ctx.policy, cfg, self.run_dir / "eval" / tag, progress, transform)
-        out["sampled"] = _eval_summary(report)
+        out["sampled"] = eval_summary(report)
         if self.cfg.eval_greedy and not (cfg.temperature == 0 and cfg.n == 1):
             greedy = cfg.model_copy(update={"temperature": 0.0, "n": 1, "k": [1]})
             report = evaluate(ctx.env, ctx.policy, greedy, self.run_dir / "eval" / f"{tag}_greedy", progress, transform)
-            out["greedy"] = _eval_summary(report)
+            out["greedy"] = eval_summary(report)
         model = getattr(ctx.policy, "model", None)
         if model is not None:
             model.eval()
@@ -508,90 +382,6 @@ class Loop:
         atomic_write_json(self.run_dir / "summary.json", summary)
         return summary
 
-    def _print_table(self, summary: dict) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        before, after = self.evals.get("before"), self.evals.get("after")
-        console = Console()
-        if before and after:
-            table = Table(title=f"Held-out accuracy, {before['sampled']['tasks']} tasks (95% CI)")
-            for col in ("", "before", "after", "change"):
-                table.add_column(col)
-            for key, label in (
-                ("sampled", f"T={self.ctx.eval.temperature:g}, avg@{self.ctx.eval.n}"),
-                ("greedy", "greedy"),
-            ):
-                if key in before and key in after:
-                    b, a = before[key], after[key]
-                    table.add_row(label, _fmt_acc(b), _fmt_acc(a), f"{100 * (a['accuracy'] - b['accuracy']):+.1f} pts")
-            console.print(table)
-        steps, train_s = summary["steps"], summary["train_wall_s"]
-        console.print(
-            f"run: {self.run_dir}  plot: {summary['plot']}  ({steps} steps, {train_s:.0f} s training)", soft_wrap=True
-        )
-        for what, key in (("evaluate the trained model", "eval"), ("export it (transformers folder)", "export")):
-            if key in summary.get("model_commands", {}):
-                console.print(f"{what}: {summary['model_commands'][key]}", soft_wrap=True, highlight=False)
-        speed = summary["speed"]
-        if "note" in speed:
-            console.print(speed["note"])
-        elif speed["steps_per_s"] is not None and speed["idle_steps_per_s"] is not None:
-            console.print(
-                f"speed: {speed['steps_per_s']:.2f} steps/s (an idle 2-core machine: {speed['idle_steps_per_s']:g})"
-            )
-
-
-class _Interrupt:
-    """SIGINT and SIGTERM during training: the first asks to stop after the current step (and save); the second aborts.
-
-    SIGTERM is what a scheduler's timeout or ``docker stop`` sends: it gets the same clean save as Ctrl-C.
-    """
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Interrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in self._SIGNALS}
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(f"\n{name}: finishing the current step, then saving a checkpoint (again to abort now).", flush=True)
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-
 
 def _say(message: str) -> None:
     print(message, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    """``8 min 40 s``, ``45 s``."""
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
-
-
-def _eval_summary(report: dict[str, Any]) -> dict[str, Any]:
-    avg = report["avg@n"]
-    return {
-        "accuracy": avg["value"],
-        "ci": avg["ci"],
-        "tasks": report["tasks"],
-        "n": report["n"],
-        "mean_tokens": report.get("mean_tokens"),
-    }
-
-
-def _fmt_acc(e: dict[str, Any]) -> str:
-    low, high = e["ci"]
-    return f"{100 * e['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"

@@ -18,8 +18,9 @@ from pydantic import Field, model_validator
 from lrmgym.episodes import Rollout, rollout
 from lrmgym.learners.engine.common import check_trainable, derived_seed, usable_cpus
 from lrmgym.learners.engine.loop import Algorithm
+from lrmgym.learners.engine.pg_config import PolicyGradientConfig
 from lrmgym.learners.engine.rollout import env_attr
-from lrmgym.learners.engine.update import PolicyGradientConfig, PolicyUpdater
+from lrmgym.learners.engine.update import PolicyUpdater
 from lrmgym.policies.base import SamplingParams
 
 __all__ = ["OnPolicy", "RolloutConfig"]
@@ -136,6 +137,11 @@ class OnPolicy(Algorithm):
                 f"sent the weights every step), a second model on {self.updater.device} beside the trained one; set "
                 "learner.async_rollouts=false (learner=grpo_hf does), so that sampling and training take turns."
             )
+        if cfg.async_rollouts and getattr(self.policy, "rollout_engine", None) is not None:
+            raise ValueError(
+                "learner.async_rollouts=true samples in a worker process with the lean sampler, while "
+                "policy.engine=vllm samples in this process's vLLM engine; set learner.async_rollouts=false."
+            )
         if cfg.async_rollouts and usable_cpus() < 2:
             print(
                 "learner.async_rollouts: this process may use only one CPU, so a rollout worker would only take "
@@ -218,3 +224,6 @@ class OnPolicy(Algorithm):
             self.worker.close()
         if getattr(self, "updater", None) is not None:
             self.updater.close()
+        engine = getattr(getattr(self, "policy", None), "rollout_engine", None)
+        if engine is not None:
+            engine.close()

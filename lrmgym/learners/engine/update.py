@@ -1,265 +1,50 @@
-"""The policy-gradient update every native learner shares: options, optimizer, schedule, and the update itself.
+"""The policy-gradient update every native learner shares: optimizer, schedule, reference, and the update itself.
 
-:class:`PolicyGradientConfig` holds the options (loss, clipping, aggregation, KL, optimizer, schedule,
-batching); :class:`PolicyUpdater` owns the optimizer, the learning-rate schedule and the frozen reference
-model, and runs epochs x minibatches x micro-batches of one loss (:mod:`lrmgym.learners.algorithms.losses`) over a
-list of tokenized trajectories with their advantages. Algorithms (:mod:`lrmgym.learners.algorithms.grpo`...) decide
-which trajectories and which advantages.
+:class:`PolicyUpdater` owns the optimizer, the learning-rate schedule and the frozen reference model, and runs epochs
+x minibatches x micro-batches of one loss (:mod:`lrmgym.learners.algorithms.losses`) over a list of tokenized
+trajectories with their advantages, as :class:`~lrmgym.learners.engine.pg_config.PolicyGradientConfig` says
+(micro-batches and update threads: :mod:`lrmgym.learners.engine.microbatch`; the weight copies:
+:mod:`lrmgym.learners.engine.weights`). Algorithms (:mod:`lrmgym.learners.algorithms.grpo`...) decide which
+trajectories and which advantages.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator, model_validator
 
-from lrmgym.learners.algorithms.losses import KLEstimator, LossAgg, PolicyLossName, aggregate, kl_penalty, policy_loss
+from lrmgym.learners.algorithms.losses import aggregate, kl_penalty, policy_loss
+from lrmgym.learners.algorithms.tis import tis_weights
 from lrmgym.learners.engine import shared_prefix
-from lrmgym.learners.engine.common import (
-    adamw,
-    check_adam_betas,
-    check_trainable,
-    derived_seed,
-    intra_op_threads,
-    usable_cpus,
-)
+from lrmgym.learners.engine.common import adamw, check_trainable, derived_seed, usable_cpus
 from lrmgym.learners.engine.flops import LlamaShape, forward_flops
-from lrmgym.learners.engine.loop import LoopConfig
+from lrmgym.learners.engine.microbatch import in_threads, micro_batches
+from lrmgym.learners.engine.pg_config import PolicyGradientConfig
 from lrmgym.learners.engine.rollout import TokenBatch, collate_advantages
-from lrmgym.policies.fasttrain import compile_unavailable
+from lrmgym.learners.engine.weights import AdapterOffReference, Float32Master, Scorer, UpdaterState, frozen_reference
 
-# adamw, check_trainable, derived_seed, usable_cpus and collate_advantages are re-exported for the learners.
+# PolicyGradientConfig (engine/pg_config.py), adamw, check_trainable, derived_seed, usable_cpus and collate_advantages
+# are re-exported for the learners; so are the weight copies of engine/weights.py.
 __all__ = [
+    "AdapterOffReference",
     "PolicyGradientConfig",
     "PolicyUpdater",
     "adamw",
     "check_trainable",
     "collate_advantages",
     "derived_seed",
+    "frozen_reference",
     "usable_cpus",
 ]
 
 
-class PolicyGradientConfig(LoopConfig):
-    """Options of a policy-gradient update (loss, clipping, KL, optimizer, batching), shared by the learners."""
-
-    lr: float = Field(1e-4, gt=0.0, le=1.0)
-    """Peak AdamW learning rate. Held constant, 1e-4 did best in the tiny-model prototype (6e-4 collapsed). With
-    lr_decay=cosine on the tiny default model, 3e-4 (16 tasks/step) and 4e-4 (32 tasks/step) did better, while
-    5e-4 (16 tasks/step) took training accuracy from 66 % to 50 % in its first 100 steps."""
-    warmup_steps: int = Field(0, ge=0)
-    """Linear learning-rate warmup steps."""
-    lr_decay: Literal["constant", "linear", "cosine"] = "constant"
-    """Learning rate after warmup: constant, or decaying to min_lr_ratio x lr over the run. The run's progress is
-    the larger of step / steps and (with time_budget_s) training seconds / time_budget_s, so a run stopped by its
-    time budget still ends at the low rate."""
-    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
-    """Final learning rate of a decaying schedule, as a fraction of lr."""
-    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
-    """AdamW weight decay."""
-    adam_betas: tuple[float, float] = (0.9, 0.99)
-    """AdamW betas (beta1, beta2), each in [0, 1)."""
-    max_grad_norm: float | None = Field(1.0, gt=0.0)
-    """Clip the gradient's global norm to this; None disables clipping."""
-    fp32_master: bool = True
-    """With bfloat16/float16 trainable weights (policy.dtype=bfloat16), keep float32 master copies: the optimizer
-    (and its state) steps those and writes them back rounded, so updates below bfloat16's resolution (lr 1e-6
-    on weights of size 1: a step of 1e-6 against a spacing of 8e-3) accumulate instead of vanishing. Costs 4
-    bytes per trainable parameter (plus Adam's state in float32). No effect on float32 weights."""
-    epochs: int = Field(1, ge=1, le=64)
-    """Passes over each step's rollouts (PPO's mu)."""
-    minibatches: int = Field(1, ge=1, le=4096)
-    """Optimizer steps per epoch: the step's trajectories are split into this many shuffled minibatches."""
-    micro_batch_size: int | None = Field(None, ge=1)
-    """Trajectories per forward/backward pass (gradient accumulation within a minibatch); None = whole minibatch."""
-    micro_batch_tokens: int | None = Field(None, ge=1)
-    """Padded tokens per forward/backward pass: trajectories are sorted by length and packed greedily up to this
-    many (rows x longest row), so short ones are not padded to the longest of the step. Bounds memory on a GPU;
-    saves compute on a CPU. Ignored when micro_batch_size is set; None = whole minibatch."""
-    shared_prefix: bool = True
-    """In the update, run each group's prompt once and its G continuations on top of that prompt's (differentiable)
-    KV cache, instead of running the prompt G times; same result up to float rounding. Needs a transformers
-    causal LM (past_key_values and position_ids in its forward). See lrmgym/learners/engine/shared_prefix.py."""
-    lean_forward: bool = True
-    """Run the update's forward passes through lrmgym.policies.fasttrain (the lean training forward of Llama-family
-    models: the same parameters and gradients, less overhead) where the model qualifies; other models, and false
-    here, take model.forward."""
-    compile: bool = False
-    """Run the lean forward's layers through torch.compile (Inductor, dynamic shapes). On the tiny default model's
-    update 1.26x faster alone (less beside the async rollout worker), but compiling takes minutes on 2 CPU cores
-    (80-220 s for the first step, then 5-30 s when a new kind of input shape comes; Inductor's on-disk cache
-    shortens later runs) and needs a C++ compiler on a CPU: worth it for runs of an hour or more, not for the
-    default 530-s run. Needs lean_forward=true."""
-    update_threads: int = Field(1, ge=1, le=64)
-    """On a CPU, run this many of the update's forward/backward passes at once, each on its own thread (torch's
-    intra-op threads set to 1 while they run), and add their gradients in a fixed order, so a run gives the same
-    bits each time. A small model's passes multiply small matrices, which torch's own threads barely speed up: on
-    the tiny default model's update batches, 2 intra-op threads took 674 ms against 650 for one, while 2 passes
-    at once took 400 ms against 678 (1.70x; benchmarks/roofline.py, 2 cores). For synchronous runs
-    (async_rollouts=false) with cores to spare: beside the async rollout worker on 2 cores it only moves time
-    from sampling to the update (same step time). A step with fewer passes than threads gets one pass per thread."""
-    pg_loss: PolicyLossName = "ppo_clip"
-    """Policy loss (a name in lrmgym.learners.algorithms.losses.POLICY_LOSSES): ppo_clip (PPO/GRPO surrogate), cispo
-    (detached IS weight capped at 1 + clip_high, no floor; MiniMax-M1), gspo (sequence-level ratio; GSPO) or
-    reinforce (no ratio)."""
-    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    """Lower clip epsilon of ppo_clip and gspo: the ratio floor is 1 - clip_low (cispo has no floor)."""
-    clip_high: float = Field(0.2, ge=0.0, le=100.0)
-    """Upper clip epsilon: the ratio cap is 1 + clip_high (DAPO's clip-higher: 0.28)."""
-    is_cap: float | None = Field(None, gt=0.0, le=1000.0)
-    """pg_loss=cispo only: the importance-weight cap, read as is_cap_mode says; None: 1 + clip_high."""
-    is_cap_mode: Literal["relative", "absolute"] = "relative"
-    """How cispo reads is_cap: relative (the cap is 1 + is_cap) or absolute (the cap is is_cap; Ring-Zero's 5.0,
-    papers.md 3.2: its sources leave open which reading "5.0" means, the two modes cover both)."""
-    loss_agg: LossAgg = "seq_mean_token_mean"
-    """Loss aggregation: seq_mean_token_mean (GRPO), token_mean (DAPO) or seq_mean_token_sum_norm (Dr. GRPO)."""
-    kl_coef: float = Field(0.0, ge=0.0, le=100.0)
-    """Weight of the KL penalty to the reference policy: the initial one, or the policy at the last reset when
-    ref_refresh_steps is set (DeepSeekMath 0.04; DAPO, Dr. GRPO and TRL's default: 0)."""
-    kl_estimator: KLEstimator = "k3"
-    """KL estimator: k1, k2 or k3 (GRPO's)."""
-    track_kl: bool = True
-    """Log the KL to the reference policy even when kl_coef is 0 (costs one no-grad forward of a frozen copy)."""
-    track_kl_every: int = Field(1, ge=1)
-    """With kl_coef 0, measure that KL only on every this many steps (the others log kl_ref null)."""
-    ref_refresh_steps: int | None = Field(None, ge=1)
-    """Every this many steps, reset the reference model to the current policy (Ring-Zero's stage 1: 400), so that
-    the KL measures the drift since the last reset; None keeps the initial policy as the reference."""
-    behavior_logprobs: Literal["recompute", "sampler"] = "recompute"
-    """Log-probs of the behaviour policy in the ratio: recomputed by the trainer, or the sampler's own."""
-
-    @field_validator("adam_betas")
-    @classmethod
-    def _check_betas(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        return check_adam_betas(betas, "[0.9, 0.99]")
-
-    @model_validator(mode="after")
-    def _check_is_cap(self) -> PolicyGradientConfig:
-        if self.pg_loss != "cispo" and (self.is_cap is not None or self.is_cap_mode != "relative"):
-            raise ValueError(
-                f"is_cap / is_cap_mode set the importance-weight cap of pg_loss=cispo; pg_loss={self.pg_loss!r} has "
-                "none. Use pg_loss=cispo or leave them unset."
-            )
-        if self.is_cap_mode == "absolute" and self.is_cap is None:
-            raise ValueError("is_cap_mode=absolute needs is_cap (the cap itself, e.g. 5.0).")
-        return self
-
-    @model_validator(mode="after")
-    def _check_compile(self) -> PolicyGradientConfig:
-        if not self.compile:
-            return self
-        if not self.lean_forward:
-            raise ValueError(
-                "compile=true compiles the lean training forward, which lean_forward=false turns off; set "
-                "lean_forward=true or compile=false."
-            )
-        missing = compile_unavailable()
-        if missing is not None:
-            raise ValueError(
-                f"compile=true needs a C++ compiler for torch.compile's CPU code, and here {missing}. Install one "
-                "(Debian/Ubuntu: apt-get install g++) or set compile=false."
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _check_ref_refresh(self) -> PolicyGradientConfig:
-        if self.ref_refresh_steps is not None and self.kl_coef == 0 and not self.track_kl:
-            raise ValueError("ref_refresh_steps needs a reference model: set kl_coef > 0 or track_kl=true.")
-        return self
-
-
-def _within_budget(unit: list[int], cost: Callable[[list[int]], int], budget: int) -> list[list[int]]:
-    """``unit``'s rows in consecutive parts of at most ``budget`` cost each (a single row may exceed it alone)."""
-    parts: list[list[int]] = []
-    for row in unit:
-        if parts and cost([*parts[-1], row]) <= budget:
-            parts[-1].append(row)
-        else:
-            parts.append([row])
-    return parts
-
-
-class Float32Master:
-    """float32 copies of low-precision trainable parameters, which the optimizer steps (``learner.fp32_master``).
-
-    Per optimizer step: :meth:`take_grads` moves the parameters' gradients onto the copies (in float32), the
-    optimizer steps the copies, :meth:`write_back` rounds them into the parameters.
-    """
-
-    def __init__(self, params: list[torch.nn.Parameter]) -> None:
-        self.params = params
-        self.weights = [torch.nn.Parameter(p.detach().float().clone()) for p in params]
-
-    def take_grads(self) -> None:
-        """Each parameter's gradient, in float32, onto its copy (and off the parameter)."""
-        for p, w in zip(self.params, self.weights, strict=True):
-            w.grad = None if p.grad is None else p.grad.float()
-            p.grad = None
-
-    @torch.no_grad()
-    def write_back(self) -> None:
-        """The stepped copies, rounded, into the parameters."""
-        for p, w in zip(self.params, self.weights, strict=True):
-            p.copy_(w)
-
-    @torch.no_grad()
-    def load(self, saved: list[torch.Tensor] | None) -> None:
-        """The copies from a checkpoint's ``saved`` float32 weights, or from the parameters when it has none."""
-        sources = saved if saved is not None else [p.float() for p in self.params]
-        for w, source in zip(self.weights, sources, strict=True):
-            w.copy_(source)
-
-
-class AdapterOffReference:
-    """The reference policy of a LoRA run: the policy's own model with its adapters switched off.
-
-    peft's ``disable_adapter()`` runs the base weights alone, which is the initial policy where the adapters
-    start as the identity (every ``lora_B`` zero: peft's default initialisation), so no second copy of the model
-    is kept (a 7B model's copy is 14 GB in bf16). :func:`frozen_reference` decides which reference a run gets.
-    """
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-
-    @contextlib.contextmanager
-    def scoring(self) -> Iterator[torch.nn.Module]:
-        """The model with its adapters off and in eval mode (no dropout), restored on exit."""
-        training = self.model.training
-        self.model.eval()
-        try:
-            with self.model.disable_adapter():  # type: ignore[operator]  # a peft PeftModel
-                yield self.model
-        finally:
-            self.model.train(training)
-
-
-Scorer = torch.nn.Module | AdapterOffReference
-"""What the update's no-grad passes score with: a model, or the policy with its adapters off."""
-
-
-def frozen_reference(model: torch.nn.Module, refreshed: bool = False) -> Scorer:
-    """The frozen reference of ``model``'s policy as it is now: adapters off where that is the same, else a copy.
-
-    :class:`AdapterOffReference` for a peft model whose LoRA adapters are all the identity now (a fresh
-    adapter) and whose reference is never ``refreshed`` (reset to the current policy, which the base weights
-    alone are not); a frozen ``deepcopy`` otherwise (a plain model, a loaded adapter, ``ref_refresh_steps``).
-    """
-    if not refreshed and callable(getattr(model, "disable_adapter", None)):
-        lora_b = [p for name, p in model.named_parameters() if "lora_B" in name]
-        if lora_b and all(not bool(p.detach().any()) for p in lora_b):
-            return AdapterOffReference(model)
-    return copy.deepcopy(model).eval().requires_grad_(False)
-
-
-class PolicyUpdater:
+class PolicyUpdater(UpdaterState):
     """The optimizer, schedule and reference model of one policy, and the policy-gradient update.
 
     Args:
@@ -277,6 +62,7 @@ class PolicyUpdater:
         self.cfg, self.policy, self.progress, self.norm_len = cfg, policy, progress, norm_len
         self.temperature = temperature
         self.model = policy.model
+        self.engine = getattr(policy, "rollout_engine", None)  # a separate sampler sent the weights (vllm_engine)
         self.shape = LlamaShape.of_model(self.model)  # None: a model lrmgym.learners.engine.flops does not count
         self.device = next(self.model.parameters()).device
         if cfg.update_threads > 1 and self.device.type != "cpu":
@@ -327,42 +113,6 @@ class PolicyUpdater:
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
             self.scheduler.step()
 
-    def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer and schedule state; and the reference's weights once a reset replaced the initial ones."""
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-        }
-        if self.master is not None:
-            state["fp32_master"] = [w.detach().clone() for w in self.master.weights]
-        if self.ref_step > 0 and isinstance(self.ref_model, torch.nn.Module):  # a refreshed reference is a copy
-            state.update(ref_step=self.ref_step, ref_model=self.ref_model.state_dict())
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
-        if self.master is not None:  # the float32 weights as saved, else the loaded (rounded) ones
-            self.master.load(state.get("fp32_master"))
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.ref_step = int(state.get("ref_step", 0))
-        if "ref_model" in state and isinstance(self.ref_model, torch.nn.Module):
-            self.ref_model.load_state_dict(state["ref_model"])
-
-    def refresh_ref(self) -> None:
-        """Reset the reference to the policy when ``ref_refresh_steps`` says so (:meth:`update` calls this first).
-
-        Due at the start of each step whose count of steps done (the schedule's) is a multiple of it: that step's
-        KL is 0. A step without an update moves no weights, so a reset left to the next update copies the same
-        policy. A resumed run rebuilds the initial reference as before; a reset one is in the checkpoint.
-        """
-        due = self.scheduler.last_epoch // self.cfg.ref_refresh_steps * self.cfg.ref_refresh_steps
-        if isinstance(self.ref_model, torch.nn.Module) and due > self.ref_step:  # (a copy: frozen_reference)
-            self.ref_model.load_state_dict(self.model.state_dict())
-            self.ref_step = due
-
     # ------------------------------------------------------------------------------------------ forwards
     def forward_logprobs(
         self, model: torch.nn.Module, batch: TokenBatch, entropy: bool = False
@@ -404,91 +154,16 @@ class PolicyUpdater:
         return out, executed
 
     def micro_batches(self, batch: TokenBatch, rows: list[int], parts: int = 1) -> list[list[int]]:
-        """Split ``rows`` of ``batch`` into forward/backward passes (see micro_batch_size, micro_batch_tokens).
-
-        With shared_prefix, the rows of one prompt stay in one pass (so that the prompt runs once) and a pass
-        costs its prompts once each: ``rows x longest continuation + prompts x longest prompt`` padded tokens.
-        ``parts``: at least this many passes where the rows allow (one per update thread): when the options give
-        fewer, the rows (or prompts) are dealt out in turn, longest first, so the passes have similar widths.
-        """
-        size, budget = self.cfg.micro_batch_size, self.cfg.micro_batch_tokens
-        if size:
-            if parts > 1 and len(rows) <= size * (parts - 1):  # fewer passes than threads
-                size = -(-len(rows) // parts)
-            return [rows[i : i + size] for i in range(0, len(rows), size)]
-        if not budget and parts == 1:
-            return [rows]
-        lengths = batch.attention_mask.sum(-1).tolist()
-        if self.cfg.shared_prefix:
-            by_prompt: dict[int, list[int]] = {}
-            owner = shared_prefix.prompt_groups(batch.input_ids, batch.prompt_len)
-            for r in rows:
-                by_prompt.setdefault(owner[r], []).append(r)
-            units = list(by_prompt.values())
-            prompt = batch.prompt_len.tolist()
-        else:
-            units = [[r] for r in rows]
-            prompt = [0] * len(lengths)
-
-        def cost(chunk: list[list[int]]) -> int:  # padded tokens of one pass
-            cont = max(lengths[r] - prompt[r] for u in chunk for r in u)
-            return sum(map(len, chunk)) * cont + len(chunk) * max(prompt[r] for u in chunk for r in u)
-
-        if budget:  # a group over the budget is split: each part runs its prompt once (long real-model rollouts)
-            units = [part for unit in units for part in _within_budget(unit, lambda u: cost([u]), budget)]
-        units.sort(key=lambda u: -max(lengths[r] for r in u))  # longest first: similar widths share a pass
-
-        chunks: list[list[list[int]]] = []
-        for unit in units if budget else ():
-            if chunks and cost([*chunks[-1], unit]) <= budget:
-                chunks[-1].append(unit)
-            else:
-                chunks.append([unit])
-        if len(chunks) < parts:
-            chunks = [units[j::parts] for j in range(min(parts, len(units)))]
-        return [[r for u in chunk for r in u] for chunk in chunks]
+        """``rows`` of ``batch`` as forward/backward passes (see microbatch.micro_batches)."""
+        return micro_batches(self.cfg, batch, rows, parts)
 
     def _in_threads(
         self, micros: list[list[int]], costs: list[int], one_pass: Callable[[list[int], list], dict[str, float]]
     ) -> list[dict[str, float]]:
-        """Run ``one_pass`` over ``micros`` on ``update_threads`` threads; their results in ``micros``' order.
-
-        The passes are dealt to the threads longest first, each to the least loaded (by ``costs``); each thread
-        adds its gradients up in a list of its own, and those lists are added to ``.grad`` in thread order. So the
-        same batch gives the same bits, where passes calling ``backward`` at once would add into ``.grad`` in
-        whatever order they finish. The calling thread runs the first thread's share. Why threads and not torch's
-        intra-op pool: see ``update_threads``; the kernels release the GIL, so the passes run side by side.
-        """
-        k = min(self.cfg.update_threads, len(micros))
-        lanes: list[list[int]] = [[] for _ in range(k)]
-        load = [0] * k
-        for i in sorted(range(len(micros)), key=lambda i: (-costs[i], i)):
-            j = load.index(min(load))
-            lanes[j].append(i)
-            load[j] += costs[i]
-        grads: list[list] = [[None] * len(self.params) for _ in range(k)]
-
-        def lane(j: int) -> list[tuple[int, dict[str, float]]]:
-            return [(i, one_pass(micros[i], grads[j])) for i in sorted(lanes[j])]
-
+        """:func:`~lrmgym.learners.engine.microbatch.in_threads` on this updater's pool (made on first use)."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.cfg.update_threads - 1, thread_name_prefix="lrmgym-update")
-        with intra_op_threads(1):
-            futures = [self._pool.submit(lane, j) for j in range(1, k)]
-            try:
-                done = lane(0)
-            finally:
-                done_rest = [f.result() for f in futures]  # wait for every thread, also when this one failed
-        results = dict(done + [pair for rest in done_rest for pair in rest])
-        for j, param in enumerate(self.params):
-            total = None
-            for lane_grads in grads:
-                g = lane_grads[j]
-                if g is not None:
-                    total = g if total is None else total.add_(g)
-            if total is not None:
-                param.grad = total if param.grad is None else param.grad.add_(total)
-        return [results[i] for i in range(len(micros))]
+        return in_threads(self._pool, self.cfg.update_threads, self.params, micros, costs, one_pass)
 
     def close(self) -> None:
         """Stop the update threads (if any ran); the updater still works after, starting them again."""
@@ -529,6 +204,12 @@ class PolicyUpdater:
         }  # fmt: skip
         if sampler_known:
             empty.update({"train_infer/logp_abs_diff": None, "train_infer/kl": None})
+        # Truncated importance sampling: the rollouts came from a separate engine and pi_old is the trainer's.
+        tis = self.cfg.tis_cap is not None and self.engine is not None and sampler_known and behavior != "sampler"
+        if tis:
+            empty["train_infer/tis_capped_frac"] = None
+        if self.engine is not None:
+            self.engine.begin_update()  # the weights change: the engine sleeps (GPU) and is sent them before sampling
         if self.shape is not None:
             empty.update({"compute/flops_forward": 0, "compute/flops_backward": 0})
             empty.update({"compute/executed_flops_forward": 0, "compute/executed_flops_backward": 0})
@@ -564,7 +245,7 @@ class PolicyUpdater:
         norm_len = self.norm_len
         self.model.train()
         sums = {"loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_max": 0.0, "grad_norm": 0.0}
-        sums.update(gap=0.0, gap_kl=0.0)
+        sums.update(gap=0.0, gap_kl=0.0, tis_capped=0.0)
         # Compute, as tokens through a model (prompt + completion, padding excluded; a prompt shared by a group is
         # counted once per row, as a trainer without prefix sharing computes it): with gradient, and without.
         batch_tokens = float(batch.attention_mask.sum())
@@ -602,13 +283,13 @@ class PolicyUpdater:
                     """Forward, loss and backward of one micro-batch; its share of the sums.
 
                     The gradient goes to ``.grad`` (``grads`` None) or is added to ``grads``, one slot per
-                    trainable parameter (an update thread's own, see :meth:`_in_threads`).
+                    trainable parameter (an update thread's own, see microbatch.in_threads).
                     """
                     sub = batch.select(micro)
                     mask = sub.loss_mask.to(self.device)
                     t = mask.shape[1]
                     logp, entropy, executed = self.forward_logprobs(self.model, sub, entropy=epoch == 0)
-                    part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl"), 0.0)
+                    part = dict.fromkeys(("entropy", "kl", "gap", "gap_kl", "tis_capped"), 0.0)
                     part["grad_tokens"] = float(sub.attention_mask.sum())
                     part["grad_flops"] = forward_flops(shape, [lengths[r] for r in micro]) if shape is not None else 0
                     part["grad_executed"] = executed
@@ -619,7 +300,12 @@ class PolicyUpdater:
                         clip_low=cfg.clip_low, clip_high=cfg.clip_high, is_cap=cfg.is_cap,
                         is_cap_mode=cfg.is_cap_mode,
                     )  # fmt: skip
-                    loss = aggregate(out.loss, mask, cfg.loss_agg, norm_len=norm_len)
+                    token_loss = out.loss
+                    if tis:
+                        w = tis_weights(old, sampler_lp[micro, :t], cfg.tis_cap)
+                        token_loss = token_loss * w
+                        part["tis_capped"] = float(((w >= cfg.tis_cap) & mask).sum()) if epoch == 0 else 0.0
+                    loss = aggregate(token_loss, mask, cfg.loss_agg, norm_len=norm_len)
                     if ref_all is not None:
                         kl = kl_penalty(logp, ref_all[micro, :t], cfg.kl_estimator)
                         if cfg.kl_coef > 0:
@@ -685,6 +371,8 @@ class PolicyUpdater:
                 "train_infer/logp_abs_diff": sums["gap"] / max(first_epoch_tokens, 1.0),
                 "train_infer/kl": sums["gap_kl"] / max(first_epoch_tokens, 1.0),
             }
+            if tis:  # the share of policy tokens whose weight hit the cap
+                gap["train_infer/tis_capped_frac"] = sums["tis_capped"] / max(first_epoch_tokens, 1.0)
         flops = {}
         if shape is not None:
             flops = {
