@@ -42,7 +42,8 @@ def test_the_testbed_recipe_and_explicit_values_over_it():
     assert shorter.key() != cfg.key()
     # the recipe's values, given explicitly without the recipe, are the same model
     assert TinyPolicyConfig(**RECIPES["testbed"]).key() == cfg.key()
-    with pytest.raises(ValidationError, match=re.escape("unknown tiny-model recipe 'nope'; expected one of default, testbed")):
+    message = "unknown tiny-model recipe 'nope'; expected one of default, testbed"
+    with pytest.raises(ValidationError, match=re.escape(message)):
         TinyPolicyConfig(recipe="nope")
 
 
