@@ -96,7 +96,7 @@ def _fork_entropy(policy, tasks, groups) -> dict[str, float]:
                 ids = list(c.prompt_token_ids) + list(c.token_ids)
                 logits = model(input_ids=torch.tensor([ids])).logits[0, len(c.prompt_token_ids) - 1 : -1].float()
                 logp = torch.log_softmax(logits, -1)
-                entropy = -(logp.exp() * logp).sum(-1).tolist()  # at each completion position
+                entropy = (-(logp.exp() * logp).sum(-1)).tolist()  # at each completion position
                 for pos, h in enumerate(entropy):
                     is_fork = pos == 1 and c.token_ids[0] == think
                     (fork if is_fork else other).append(h)

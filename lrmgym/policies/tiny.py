@@ -162,6 +162,9 @@ class TinyTrainConfig(BaseModel):
     Measured at 0.15 with the 1400-step recipe: a second try then succeeds 11.6 % of the time (0 % without), but
     first-try accuracy at T=1 falls from 34 % to 22 %, so the default model has none;
     `policy.train.retry_share=0.15` builds one."""
+    init_from: Literal["default"] | None = None
+    """Start from this recipe's trained weights instead of a random initialisation (fine-tuning; the arch must match
+    in every weight's shape). None: from scratch."""
     length_batches: bool = False
     """Batch examples of similar length together (sorted within windows of 64 batches, the batches then shuffled
     with data_seed), so that padding costs little when solution lengths vary (the testbed recipe)."""
@@ -219,7 +222,11 @@ class TinyPolicyConfig(BaseModel):
     def key(self) -> str:
         """The cache key: a hash of everything that determines the weights."""
         train = self.train.model_dump(mode="json")
-        for added in ("retry_share", "length_batches"):  # added after models were cached and shipped: absent = off
+        for added in (
+            "retry_share",
+            "length_batches",
+            "init_from",
+        ):  # added after models were cached and shipped: absent = off
             if not train[added]:
                 del train[added]
         spec = {"format": FORMAT_VERSION, "seed": self.seed, "arch": self.arch.model_dump(mode="json"),

@@ -5,16 +5,18 @@ explicitly given values override; the weights' cache key is computed from the re
 recipe's model is cached (and rebuilt) like the default one.
 
 - ``default``: nothing changed, the shipped model (``env=math``, level 1).
-- ``testbed``: the reasoning testbed (``env=testbed``, docs/testbed.md): trained on chains of 1-8 operations,
-  half in the stepwise style and half direct, a quarter of the stepwise solutions with re-checks, to partial
-  competence; longer positions for the longer solutions. 700 steps of batch 32, batched by length.
+- ``testbed``: the reasoning testbed (``env=testbed``, README "Test an RL idea on a laptop"): the default model
+  fine-tuned on chains of 1-8 operations, half in the stepwise style and half direct, a quarter of the stepwise
+  solutions with re-checks, to partial competence; longer positions for the longer solutions. 600 steps of batch
+  32 at lr 1e-3, batched by length. (From scratch, 700 steps at 3e-3 left a model that could not copy the
+  problem's numbers: 0.4 % accuracy.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RECIPES", "length_batched", "recipe_values"]
+__all__ = ["RECIPES", "length_batched", "load_recipe_weights", "recipe_values"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -33,7 +35,9 @@ RECIPES: dict[str, dict[str, Any]] = {
                 "template": "r1",
                 "style": "compact",
             },  # fmt: skip
-            "steps": 700,
+            "init_from": "default",
+            "steps": 600,
+            "lr": 1e-3,
             "length_batches": True,
         },
     },
@@ -76,3 +80,33 @@ def length_batched(pairs: list[tuple[str, str]], batch_size: int, seed: int, win
         batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
     order = np.random.default_rng([seed, 0x6C62]).permutation(len(batches))  # "lb"
     return [pair for i in order for pair in batches[i]]
+
+
+def load_recipe_weights(model: Any, recipe: str) -> None:
+    """Load recipe ``recipe``'s trained weights (cached or shipped) into ``model``, whose shapes must match.
+
+    Raises:
+        FileNotFoundError: That recipe's model is not built (the message says how to build it).
+    """
+    from safetensors.torch import load_file
+
+    from lrmgym.policies.tiny import TinyPolicyConfig
+
+    folder = TinyPolicyConfig(recipe=recipe).model_dir()
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        flag = "" if recipe == "default" else f" --recipe {recipe}"
+        raise FileNotFoundError(
+            f"train.init_from={recipe!r}: that model is not built ({folder}); run `lrmgym tiny build{flag}`"
+        )
+    state = load_file(str(weights))
+    if "lm_head.weight" not in state:  # tied embeddings are saved once
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    own = model.state_dict()
+    wrong = [k for k in own if k not in state or state[k].shape != own[k].shape]
+    if wrong:
+        raise ValueError(
+            f"train.init_from={recipe!r}: its weights do not fit this arch (first: {wrong[0]}); keep that recipe's "
+            "arch (hidden, layers, heads, mlp) or set train.init_from=null"
+        )
+    model.load_state_dict(state)

@@ -56,14 +56,27 @@ def test_length_batches_keep_every_pair_and_cut_padding():
     assert batched == length_batched(pairs, 4, seed=0) != length_batched(pairs, 4, seed=1)
 
 
-def test_a_testbed_build_trains_on_the_testbed(monkeypatch, tmp_path):
+def test_a_testbed_build_fine_tunes_the_default_model_on_the_testbed(monkeypatch, tmp_path):
+    from safetensors.torch import load_file
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    cfg = TinyPolicyConfig(recipe="testbed", arch={"hidden": 64, "layers": 1, "heads": 2, "mlp": 64},
-                           train={"steps": 3, "batch_size": 4, "warmup": 1}, threads=1)  # fmt: skip
+    cfg = TinyPolicyConfig(recipe="testbed", train={"steps": 1, "batch_size": 2, "warmup": 1, "lr": 1e-12}, threads=1)
+    assert cfg.train.init_from == "default"
     folder = build_tiny(cfg, progress=False)
     facts = json.loads((folder / "build.json").read_text())
     assert facts["key"] == cfg.key() and facts["config"]["train"]["env"] == "lrmgym/Testbed-v0"
     assert "recipe" not in facts["config"] and "sample_dtype" not in facts["config"]
+    built, shipped = load_file(str(folder / "model.safetensors")), load_file(str(SHIPPED_DIR / "model.safetensors"))
+    assert built.keys() == shipped.keys()
+    for name, tensor in shipped.items():  # one step at lr 1e-12: still the default model's weights
+        torch.testing.assert_close(built[name], tensor, rtol=0, atol=1e-6)
+    # from scratch, or an arch the default's weights do not fit
+    scratch = TinyPolicyConfig(recipe="testbed", train={"init_from": None, "steps": 1, "batch_size": 2, "warmup": 1})
+    assert scratch.key() != cfg.key()
+    small = TinyPolicyConfig(recipe="testbed", arch={"hidden": 64, "heads": 2}, train={"steps": 1, "batch_size": 2})
+    message = "train.init_from='default': its weights do not fit this arch (first: model.embed_tokens.weight); keep"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_tiny(small, progress=False)
 
 
 def test_cli_build_and_info_take_a_recipe(monkeypatch, tmp_path):
@@ -125,3 +138,24 @@ def test_a_model_the_lean_decoder_cannot_run_is_a_clear_error():
     policy.model.model.layers[0].register_forward_hook(lambda *a: None)
     with pytest.raises(ValueError, match=re.escape("policy.sample_dtype=bfloat16 needs a model the lean decoder")):
         CastSamplingPolicy(policy.model, policy.tokenizer, sample_dtype=torch.bfloat16)
+
+
+def test_the_lean_decoder_runs_a_cast_copy_only_inside_sample_dtype():
+    from lrmgym.policies.fastdecode import LlamaDecoder, sample_dtype
+
+    model = _policy(cast=False).model
+    ids = torch.tensor([[5, 9, 12, 40, 41, 42]])
+    attention, positions = torch.ones_like(ids), torch.arange(6)[None]
+    plain = LlamaDecoder.build(model)
+    with sample_dtype(torch.bfloat16):
+        cast = LlamaDecoder.build(model)
+    assert plain.embed.dtype == torch.float32 and cast.embed.dtype == torch.bfloat16
+    assert cast.layers[0].qkv.weight.dtype == torch.bfloat16 and cast.lm_head_w.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the model itself is untouched
+    assert LlamaDecoder.build(model).embed.dtype == torch.float32  # the context is over
+    with torch.inference_mode():  # as the sampler runs it
+        reference = model(input_ids=ids).logits[:, -1].float()
+        a = plain.prefill(ids, attention, positions, 2)
+        b = cast.prefill(ids, attention, positions, 2)
+    torch.testing.assert_close(a, reference, rtol=1e-4, atol=1e-4)
+    assert b.dtype == torch.float32 and 1e-3 < (b - reference).abs().max() < 0.5

@@ -332,6 +332,10 @@ def build_tiny(
         data_s = time.perf_counter() - start
         tokenizer = build_tokenizer()
         model = build_model(cfg.arch, len(tokenizer), cfg.seed)
+        if cfg.train.init_from is not None:
+            from lrmgym.policies.tiny_recipes import load_recipe_weights
+
+            load_recipe_weights(model, cfg.train.init_from)
         facts = train_masked_ce(model, tokenizer, cfg.train, pairs, progress=progress)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
