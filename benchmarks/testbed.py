@@ -1,4 +1,4 @@
-"""What the reasoning testbed offers an RL method at the start of training (docs/testbed.md).
+"""What the reasoning testbed offers an RL method at the start of training (README: "Test an RL idea on a laptop").
 
 Run: ``python benchmarks/testbed.py [--tasks 128] [--seed 0] [--out benchmarks/results/testbed.md]``.
 

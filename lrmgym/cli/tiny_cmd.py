@@ -4,7 +4,7 @@ Examples::
 
     lrmgym tiny build                 # build (or find) the default tiny model in the cache
     lrmgym tiny build --seed 1 --force
-    lrmgym tiny build --recipe testbed   # the reasoning testbed's model (env=testbed, docs/testbed.md)
+    lrmgym tiny build --recipe testbed   # the reasoning testbed's model (env=testbed, see the README)
     lrmgym tiny info                  # where it is and what its build measured
 """
 
@@ -56,7 +56,7 @@ _seed = click.option("--seed", default=0, show_default=True, type=click.IntRange
 _steps = click.option("--steps", default=None, type=click.IntRange(min=1), help="Training steps (default: recipe's).")
 _recipe = click.option(
     "--recipe", default="default", show_default=True, type=click.Choice(["default", "testbed"]),
-    help="What to train on: 'default' (env=math, the shipped model) or 'testbed' (env=testbed, docs/testbed.md).",
+    help="What to train on: 'default' (env=math, the shipped model) or 'testbed' (env=testbed, see the README).",
 )  # fmt: skip
 
 

@@ -61,7 +61,7 @@ _SAMPLE_DTYPE: contextvars.ContextVar[torch.dtype | None] = contextvars.ContextV
 def sample_dtype(dtype: torch.dtype | None) -> Iterator[None]:
     """Decoders built inside this context (in this thread) run on a ``dtype`` copy of the model's weights.
 
-    E.g. bf16 sampling of an fp32 model whose trainer stays fp32 (``policy.sample_dtype=bf16``), so the sampler's
+    E.g. bf16 sampling of an fp32 model whose trainer stays fp32 (``policy.sample_dtype=bfloat16``), so the sampler's
     log-probs differ from the trainer's as an inference engine's do. ``None``: the model's own dtype. The model
     itself is not changed; the copy is made per batch, as the decoder's fused weights are.
     """

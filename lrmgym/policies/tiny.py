@@ -23,8 +23,8 @@ once instead of spending ~7 minutes building it. A cache entry, when present, ta
 ``test_default_build_reproduces_the_shipped_weights`` checks that a rebuild gives the shipped bytes.
 
 Other recipes (``policy.recipe``, :mod:`lrmgym.policies.tiny_recipes`) train other shapes on other data, e.g.
-``testbed``, the reasoning testbed's model (docs/testbed.md); ``policy.sample_dtype=bf16`` samples with a bf16
-copy of the fp32 weights the trainer updates, so that a train/infer gap exists.
+``testbed``, the reasoning testbed's model (README: "Test an RL idea on a laptop"). ``policy.sample_dtype=bfloat16``
+samples with a bf16 copy of the fp32 weights the trainer updates, so that a train/infer gap exists.
 """
 
 from __future__ import annotations

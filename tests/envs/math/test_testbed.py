@@ -1,4 +1,4 @@
-"""lrmgym/Testbed-v0: the reasoning testbed's chained-arithmetic family (docs/testbed.md)."""
+"""lrmgym/Testbed-v0: the reasoning testbed's chained-arithmetic family (README: "Test an RL idea on a laptop")."""
 
 from __future__ import annotations
 
