@@ -41,10 +41,12 @@ from lrmgym.policies.base import SamplingParams
 from lrmgym.policies.tiny import TinyPolicyConfig
 
 SETTINGS = {
-    "mixture (ops 1-8, the training mix)": {"min_ops": 1, "max_ops": 8},
-    "long (ops 4-8)": {"min_ops": 4, "max_ops": 8},
-    "short (ops 1-4)": {"min_ops": 1, "max_ops": 4},
+    "training mix (ops 1-8, 50 % two-digit operands)": {"min_ops": 1, "max_ops": 8},
+    "ops 1-3, 20 % two-digit": {"min_ops": 1, "max_ops": 3, "two_digit_share": 0.2},
+    "ops 1-2, one-digit": {"min_ops": 1, "max_ops": 2, "two_digit_share": 0.0},
+    "ops 1-4, one-digit": {"min_ops": 1, "max_ops": 4, "two_digit_share": 0.0},
 }
+"""Difficulty settings of the first table (``env.`` options); the later sections use the first, the training mix."""
 G = 8
 MAX_NEW = 400
 TAU = 1.4  # ReasonMaxxer's tau for its 1.5B model (papers.md 2.2); the gate's share is reported for it
