@@ -28,7 +28,7 @@ def test_the_default_recipe_is_unchanged():
     assert cfg.train == TinyTrainConfig() and cfg.arch == TinyArch()
     assert TinyPolicyConfig(sample_dtype="bfloat16").key() == DEFAULT_KEY  # how it samples, not the weights
     shipped = json.loads((SHIPPED_DIR / "build.json").read_text())["config"]
-    assert cfg.train.model_dump(mode="json") == {**shipped["train"], "length_batches": False}
+    assert cfg.train.model_dump(mode="json") == {**shipped["train"], "length_batches": False, "init_from": None}
     assert RECIPES["default"] == {}
 
 
