@@ -43,7 +43,7 @@ from lrmgym.policies.tiny import TinyPolicyConfig
 SETTINGS = {
     "training mix (ops 1-8, 50 % two-digit operands)": {"min_ops": 1, "max_ops": 8},
     "ops 1-3, 20 % two-digit": {"min_ops": 1, "max_ops": 3, "two_digit_share": 0.2},
-    "ops 1-2, 20 % two-digit": {"min_ops": 1, "max_ops": 2, "two_digit_share": 0.2},
+    "ops 1-3, one-digit": {"min_ops": 1, "max_ops": 3, "two_digit_share": 0.0},
     "ops 1-2, one-digit": {"min_ops": 1, "max_ops": 2, "two_digit_share": 0.0},
     "ops 1-4, one-digit": {"min_ops": 1, "max_ops": 4, "two_digit_share": 0.0},
 }
