@@ -50,6 +50,7 @@ BLOCKS: dict[str, Callable[[str], bool]] = {
     "entry_point_toml": lambda first: first == '[project.entry-points."lrmgym.envs"]',
     "layout": lambda first: first.startswith("lrmgym/core.py "),
     "rg": lambda first: first.startswith("lrmgym envs sample rg "),
+    "testbed": lambda first: first.startswith("lrmgym tiny build --recipe testbed "),
 }
 """Each README block by its first line; the test named after it runs it."""
 SKIPPED = {
@@ -188,6 +189,39 @@ def test_readme_tour(tmp_path, monkeypatch):
     assert done.exit_code == 0, done.output
     report = json.loads((tmp_path / "e" / "eval.json").read_text())
     assert report["n"] == 8 and sorted(report["pass@k"]) == ["pass@1", "pass@4", "pass@8"]
+
+
+@pytest.mark.timeout(900)
+def test_readme_testbed(tmp_path, monkeypatch):
+    # Every line parses; the sample runs as written; the runs resolve to the testbed model and env; one small GRPO
+    # step of the first run (with a small model folder in place of the testbed model's 12-minute build).
+    monkeypatch.chdir(tmp_path)
+    lines = [shlex.split(line, comments=True) for line in block("testbed").splitlines() if line.strip()]
+    runs = []
+    for args in lines:
+        if args[0] == "python":
+            script = REPO / args[1]
+            done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300,
+                                  env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+            assert done.returncode == 0 and all(a in done.stdout for a in args[2:] if a.startswith("--")), done
+            continue
+        assert args[0] == "lrmgym" and _parse(args[1:]).command.name
+        if args[1:3] == ["envs", "sample"]:
+            done = invoke(*args[1:])
+            assert done.exit_code == 0 and done.output.count("prompt: Q:Compute ") == 3, done.output
+        if args[1] == "run":
+            cfg = resolve(_overrides(args))
+            assert cfg.env.id == "lrmgym/Testbed-v0" and cfg.policy.train.env == "lrmgym/Testbed-v0"
+            runs.append(args)
+    assert any(resolve(_overrides(a)).policy.sample_dtype == "bfloat16" for a in runs)
+    sys.path.insert(0, str(REPO / "tests" / "learners"))
+    from learner_helpers import save_tiny_hf
+
+    model = save_tiny_hf(tmp_path / "model")
+    small = (*TINY_RUN, "learner.eval_before_after=false", "learner.async_rollouts=false", f"policy.path={model}")
+    done = invoke(*runs[0][1:], *small, f"run.output_dir={tmp_path}", "run.name=t")
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "t" / "summary.json").read_text())["steps"] == 1
 
 
 def test_readme_config_error(tmp_path):

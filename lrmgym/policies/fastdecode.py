@@ -34,18 +34,21 @@ q/k norms, windows shorter than the sequences and Gemma's pieces included).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import logging
 import math
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["ARCHITECTURES", "FALLBACK_REASONS", "LlamaDecoder", "llama_like"]
+__all__ = ["ARCHITECTURES", "FALLBACK_REASONS", "LlamaDecoder", "llama_like", "sample_dtype"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +129,24 @@ def _log_fallback(model_type: str, reason: str) -> None:
     if message not in _LOGGED:
         _LOGGED.add(message)
         logger.warning("Lean forward off for this model (model.forward runs instead): %s.", message)
+
+
+_SAMPLE_DTYPE: contextvars.ContextVar[torch.dtype | None] = contextvars.ContextVar("sample_dtype", default=None)
+
+
+@contextlib.contextmanager
+def sample_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    """Decoders built inside this context (in this thread) run on a ``dtype`` copy of the model's weights.
+
+    E.g. bf16 sampling of an fp32 model whose trainer stays fp32 (``policy.sample_dtype=bfloat16``), so the sampler's
+    log-probs differ from the trainer's as an inference engine's do. ``None``: the model's own dtype. The model
+    itself is not changed; the copy is made per batch, as the decoder's fused weights are.
+    """
+    token = _SAMPLE_DTYPE.set(dtype)
+    try:
+        yield
+    finally:
+        _SAMPLE_DTYPE.reset(token)
 
 
 def _plain_linear(module: Any) -> bool:
@@ -457,7 +478,21 @@ class LlamaDecoder(_LlamaParts):
         A peft model is decoded through its base model's modules, with the LoRA layers' effective weights.
         """
         base = llama_like(model)
-        return None if base is None else cls(base)
+        if base is None:
+            return None
+        decoder, dtype = cls(base), _SAMPLE_DTYPE.get()
+        if dtype is not None and dtype != decoder.embed.dtype:  # sample_dtype(): a copy in that dtype
+            decoder.embed, decoder.lm_head_w = decoder.embed.to(dtype), decoder.lm_head_w.to(dtype)
+            decoder.lm_head_b = None if decoder.lm_head_b is None else decoder.lm_head_b.to(dtype)
+            for product in (p for layer in decoder.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)):
+                product.weight = product.weight.to(dtype)
+                product.bias = None if product.bias is None else product.bias.to(dtype)
+            if decoder.embed_scale is not None:  # Gemma
+                decoder.embed_scale = decoder.embed_scale.to(dtype)
+            for layer in decoder.layers:
+                if layer.qk_norms is not None:  # Qwen3
+                    layer.qk_norms = tuple((w.to(dtype), eps) for w, eps in layer.qk_norms)
+        return decoder
 
     def _attention_block(
         self, i: int, x: torch.Tensor, rotations: torch.Tensor, start: int, mask: torch.Tensor, low: int = 0
@@ -499,7 +534,7 @@ class LlamaDecoder(_LlamaParts):
         return layer.down.add_to(x, self.act(gate) * up)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = _normalize(x, self.final_eps) * self.final_scale
+        hidden = _normalize(x, self.final_eps) * self.final_scale.to(x.dtype)
         return F.linear(hidden, self.lm_head_w, self.lm_head_b).float()
 
     def _rotations_at(self, like: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,10 @@ output of ``lrmgym tiny build`` with the defaults, 1 thread, torch 2.13.0), so t
 once instead of spending ~7 minutes building it. A cache entry, when present, takes precedence;
 ``lrmgym tiny build --force`` rebuilds it into the cache, and the slow test
 ``test_default_build_reproduces_the_shipped_weights`` checks that a rebuild gives the shipped bytes.
+
+Other recipes (``policy.recipe``, :mod:`lrmgym.policies.tiny_recipes`) train other shapes on other data, e.g.
+``testbed``, the reasoning testbed's model (README: "Test an RL idea on a laptop"). ``policy.sample_dtype=bfloat16``
+samples with a bf16 copy of the fp32 weights the trainer updates, so that a train/infer gap exists.
 """
 
 from __future__ import annotations
@@ -158,6 +162,12 @@ class TinyTrainConfig(BaseModel):
     Measured at 0.15 with the 1400-step recipe: a second try then succeeds 11.6 % of the time (0 % without), but
     first-try accuracy at T=1 falls from 34 % to 22 %, so the default model has none;
     `policy.train.retry_share=0.15` builds one."""
+    init_from: Literal["default"] | None = None
+    """Start from this recipe's trained weights instead of a random initialisation (fine-tuning; the arch must match
+    in every weight's shape). None: from scratch."""
+    length_batches: bool = False
+    """Batch examples of similar length together (sorted within windows of 64 batches, the batches then shuffled
+    with data_seed), so that padding costs little when solution lengths vary (the testbed recipe)."""
 
 
 # --------------------------------------------------------------------------------------------------- cache
@@ -174,6 +184,12 @@ class TinyPolicyConfig(BaseModel):
 
     kind: Literal["tiny"] = "tiny"
     """Component kind."""
+    recipe: Literal["default", "testbed"] = "default"
+    """Named shape and training data (lrmgym.policies.tiny_recipes): 'default' (env=math) or 'testbed' (env=testbed);
+    arch and train values given explicitly override the recipe's."""
+    sample_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype of the weights the sampler runs on: 'bfloat16' samples with a bf16 copy of the fp32 weights the trainer
+    updates (the lean decoder), so the behaviour log-probs differ from the trainer's (train_infer/* metrics)."""
     seed: int = Field(0, ge=0)
     """Seed of the weight initialisation (with train.data_seed, fixes the weights)."""
     arch: TinyArch = Field(default_factory=TinyArch)
@@ -194,11 +210,25 @@ class TinyPolicyConfig(BaseModel):
     batch_size: int = Field(256, ge=1)
     """Most sequences sampled in one batch."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_recipe(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("recipe", "default") != "default":
+            from lrmgym.policies.tiny_recipes import recipe_values
+
+            return recipe_values(data["recipe"], data)
+        return data
+
     def key(self) -> str:
         """The cache key: a hash of everything that determines the weights."""
         train = self.train.model_dump(mode="json")
-        if not train["retry_share"]:  # added after models were cached and shipped: absent means 0
-            del train["retry_share"]
+        for added in (
+            "retry_share",
+            "length_batches",
+            "init_from",
+        ):  # added after models were cached and shipped: absent = off
+            if not train[added]:
+                del train[added]
         spec = {"format": FORMAT_VERSION, "seed": self.seed, "arch": self.arch.model_dump(mode="json"),
                 "train": train}  # fmt: skip
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
@@ -269,7 +299,7 @@ class TinyPolicyConfig(BaseModel):
             tokenizer_folder(self.path, field="policy.path")
         what = f"policy.path={self.path!r}" if self.path else f"the tiny model in {folder}"
         with load_errors(what):
-            policy = load_tiny(folder, device=self.device, batch_size=self.batch_size)
+            policy = load_tiny(folder, device=self.device, batch_size=self.batch_size, sample_dtype=self.sample_dtype)
         if policy.device.type == "cpu":
             import torch
 
@@ -277,8 +307,12 @@ class TinyPolicyConfig(BaseModel):
         return policy
 
 
-def load_tiny(folder: Path, device: str = "cpu", batch_size: int = 256) -> Any:
-    """Load a tiny-model folder (any HF checkpoint works) as an :class:`~lrmgym.policies.hf.HFPolicy`."""
+def load_tiny(folder: Path, device: str = "cpu", batch_size: int = 256, sample_dtype: str = "float32") -> Any:
+    """Load a tiny-model folder (any HF checkpoint works) as an :class:`~lrmgym.policies.hf.HFPolicy`.
+
+    The weights are fp32; ``sample_dtype="bfloat16"`` gives a :class:`~lrmgym.policies.cast_sampling.CastSamplingPolicy`
+    that samples with a bf16 copy of them.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -286,7 +320,14 @@ def load_tiny(folder: Path, device: str = "cpu", batch_size: int = 256) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), **{dtype_kwarg(): torch.float32})
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    return HFPolicy(model.eval(), tokenizer, device=device, chat_template=False, batch_size=batch_size)
+    if sample_dtype == "float32":
+        return HFPolicy(model.eval(), tokenizer, device=device, chat_template=False, batch_size=batch_size)
+    from lrmgym.policies.cast_sampling import CastSamplingPolicy
+
+    return CastSamplingPolicy(
+        model.eval(), tokenizer, device=device, chat_template=False, batch_size=batch_size,
+        sample_dtype=getattr(torch, sample_dtype),
+    )  # fmt: skip
 
 
 def _auto_threads(load: list[float] | None) -> int:

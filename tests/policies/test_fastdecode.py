@@ -247,3 +247,20 @@ def test_bfloat16_decodes_as_closely_as_model_forward(threads):
             hf = torch.stack([half(input_ids=torch.tensor([r])).logits[0, -1].float() for r in rows])
             assert fast.dtype == torch.float32
             assert (fast - exact).abs().max() <= 2 * (hf - exact).abs().max() + 1e-3
+
+
+@pytest.mark.parametrize(("kind", "extra"), MODELS[3:9], ids=lambda v: v if isinstance(v, str) else "")
+def test_bf16_sampling_copy_runs_every_lean_architecture(kind, extra):
+    """``sample_dtype(bfloat16)`` casts every weight the decoder applies (q/k norms, Gemma's embedding scale
+    included): the prefill runs, stays near the fp32 model (bf16 rounding, ~3e-3), and is not the fp32 result."""
+    from lrmgym.policies.fastdecode import sample_dtype
+
+    model = _model(kind, **extra)
+    ids = torch.randint(3, COMMON["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(0))
+    att, pos = torch.ones_like(ids), torch.arange(7).expand(2, 7)
+    with torch.no_grad():
+        ref = torch.log_softmax(model(ids).logits[:, -1].float(), -1)
+        with sample_dtype(torch.bfloat16):
+            decoder = LlamaDecoder.build(model)
+        gap = (torch.log_softmax(decoder.prefill(ids, att, pos, 2), -1) - ref).abs().max()
+    assert 1e-5 < float(gap) < 5e-2

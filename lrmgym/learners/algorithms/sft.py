@@ -303,6 +303,10 @@ def train_masked_ce(
             "final_loss": float(sum(losses[-20:]) / len(losses[-20:]))}  # fmt: skip
 
 
+_NOT_WEIGHTS = {"path", "device", "batch_size", "recipe", "sample_dtype"}
+"""Config fields that do not shape the weights, left out of build.json (the recipe's values are in it)."""
+
+
 def build_tiny(
     cfg: TinyPolicyConfig,
     force: bool = False,
@@ -331,9 +335,17 @@ def build_tiny(
     threads = cfg.threads or _auto_threads(load_before)
     with intra_op_threads(threads):
         pairs = (examples or env_examples)(cfg.train, cfg.train.steps * cfg.train.batch_size)
+        if cfg.train.length_batches:
+            from lrmgym.policies.tiny_recipes import length_batched
+
+            pairs = length_batched(pairs, cfg.train.batch_size, cfg.train.data_seed)
         data_s = time.perf_counter() - start
         tokenizer = build_tokenizer()
         model = build_model(cfg.arch, len(tokenizer), cfg.seed)
+        if cfg.train.init_from is not None:
+            from lrmgym.policies.tiny_recipes import load_recipe_weights
+
+            load_recipe_weights(model, cfg.train.init_from)
         facts = train_masked_ce(model, tokenizer, cfg.train, pairs, progress=progress)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -342,7 +354,7 @@ def build_tiny(
         tokenizer.save_pretrained(str(tmp))
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
         facts.update(
-            key=cfg.key(), config=cfg.model_dump(mode="json", exclude={"path", "device", "batch_size"}),
+            key=cfg.key(), config=cfg.model_dump(mode="json", exclude=_NOT_WEIGHTS),
             params=sum(p.numel() for p in model.parameters()), weight_bytes=(tmp / "model.safetensors").stat().st_size,
             data_s=data_s, build_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu_start, threads=threads,
             torch=torch.__version__, loadavg_before=load_before, loadavg_after=_loadavg(), cpus=os.cpu_count(),
