@@ -43,7 +43,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lrmgym.core import learner_env
 from lrmgym.episodes import rollout
-from lrmgym.learners.algorithms.losses import token_entropy, token_logprobs
+from lrmgym.learners.algorithms.logprobs import token_entropy, token_logprobs
 from lrmgym.learners.engine.common import adamw, check_adam_betas, check_trainable, derived_seed
 from lrmgym.learners.engine.context import RunContext
 from lrmgym.learners.engine.loop import Algorithm, Loop, LoopConfig, StepResult
