@@ -154,8 +154,20 @@ def _lines(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tmp_path):
-    summary = _run(_config("[rl1,sd,rl2,rl3]"), tmp_path)
+def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tmp_path, monkeypatch):
+    from lrmgym.learners.algorithms.distill import SelfDistill
+
+    cfg = _config("[rl1,sd,rl2,rl3]")
+    base = build_context(cfg, tmp_path / "base").policy.model.state_dict()  # the policy as the run builds it
+    sd_start, real_setup = {}, SelfDistill.setup
+
+    def setup_and_look(self):
+        sd_start.update({k: v.detach().clone() for k, v in self.loop.ctx.policy.model.state_dict().items()})
+        return real_setup(self)
+
+    monkeypatch.setattr(SelfDistill, "setup", setup_and_look)
+    summary = _run(cfg, tmp_path / "run")
+    tmp_path = tmp_path / "run"
     folders = sorted(p.name for p in (tmp_path / "stages").iterdir())
     assert folders == ["01-rl1", "02-sd", "03-rl2", "04-rl3"]
     assert [s["stage"] for s in summary["stages"]] == ["rl1", "sd", "rl2", "rl3"]
@@ -181,8 +193,13 @@ def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tm
     tiers = summary["stages"][3]["outputs"]["tiers"]
     assert set(tiers) == {"low", "medium", "high"}
     assert (tmp_path / "stages/04-rl3/eval/tier_low/eval.json").is_file()
-    # The SD stage trained the base model: its "before" is the base model's evaluation (RL-1's "before").
-    assert summary["stages"][1]["before"]["sampled"] == summary["stages"][0]["before"]["sampled"]
+    # The SD stage trained the base model: it started from the base weights, not from RL-1's ...
+    rl1_final = torch.load(tmp_path / "stages/01-rl1/final.pt", weights_only=True)
+    assert sd_start.keys() == base.keys()
+    assert all(torch.equal(sd_start[k], v) for k, v in base.items())
+    assert not all(torch.equal(rl1_final[k], v) for k, v in base.items())  # (RL-1 did move the weights)
+    # ... and its "before" is the base model's evaluation, handed on from RL-1's "before".
+    assert summary["stages"][1]["before"] == summary["stages"][0]["before"]
     assert summary["evals"]["after"] == summary["stages"][3]["after"]
     assert json.loads((tmp_path / "summary.json").read_text())["learner"] == "ring_zero"
 
