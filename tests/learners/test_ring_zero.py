@@ -122,6 +122,37 @@ def test_the_store_keeps_each_tasks_shortest_correct_trace_with_its_stream_posit
     assert algo.traces["a"].text == "short"  # a longer correct trace does not replace it
 
 
+def test_the_store_refuses_a_trace_of_unknown_correctness():
+    # Kills: the store's check `correct is not True` weakened to `correct is False` (None recorded as correct).
+    algo = RingZeroRL(RL1Config(), "rl1")
+    algo.train_seed = 99
+    a = Task("a", "Qa")
+    unknown = _traj(a, "short", [1], True)
+    unknown.verdict = Verdict(score=1.0, correct=None, format_ok=True)
+    algo._record(Rollout(groups=[[unknown, _traj(a, "longer", [1, 2, 3], True)]], turn_verdicts=[[]]), start=0)
+    assert {k: t.text for k, t in algo.traces.items()} == {"a": "longer"}
+    assert algo.known == {"a": 3}
+
+
+def test_known_lengths_keep_each_tasks_shortest_over_the_earlier_stages(tmp_path):
+    # Kills: known_lengths keeping the longest (max for min) or the last stage's length.
+    from types import SimpleNamespace
+
+    from lrmgym.learners.algorithms.distill import Trace, write_traces
+    from lrmgym.learners.algorithms.ring_zero import known_lengths
+
+    def trace(task, n):
+        return Trace(task, 0, 1, [7], list(range(n)), "t", n)
+
+    records = []
+    for k, traces in enumerate([[trace("a", 5), trace("b", 2)], [trace("a", 3), trace("b", 4)], [trace("a", 4)]]):
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        write_traces(folder / "traces.jsonl", traces)
+        records.append(SimpleNamespace(folder=folder))
+    assert known_lengths(SimpleNamespace(earlier=lambda: records)) == {"a": 3, "b": 2}
+
+
 # --------------------------------------------------------------------------------------------------- the staged run
 def _config(stages: str, **per_stage):
     cfg = resolve((*BASE, f"learner.stages={stages}"))
