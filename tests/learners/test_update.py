@@ -88,6 +88,18 @@ def test_trainer_logprobs_are_taken_at_the_sampling_temperature(tmp_path, temper
     torch.testing.assert_close(trainer[mask], batch.sampler_logprobs[mask], rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("lean", [True, False])
+def test_the_plain_unshared_pass_takes_logprobs_at_the_sampling_temperature(tmp_path, lean):
+    # Kills: the temperature left out of the plain (unshared) forward pass, lean or model.forward.
+    algo = _algo(tmp_path, temperature=0.7, shared_prefix=False, lean_forward=lean)
+    seqs, adv = _step_tokens(algo, temperature=0.7)
+    batch = collate(seqs, adv.reshape(-1).tolist(), algo.updater.pad_id)
+    trainer = algo.updater.no_grad_logprobs(algo.updater.model, batch)
+    mask = batch.loss_mask
+    assert mask.sum() > 20
+    torch.testing.assert_close(trainer[mask], batch.sampler_logprobs[mask], rtol=0, atol=1e-4)
+
+
 def test_the_train_infer_gap_is_logged_every_step(tmp_path):
     cfg = run_config(_learner(steps=2))
     train(cfg, tmp_path)
