@@ -202,3 +202,23 @@ def test_zero_advantage_rows_are_kept_while_a_kl_term_acts_on_them(tmp_path, mon
     rows, adv = seen[0]
     assert fit.trained == len(rows) == kept
     assert sum(a == 0 for a in adv) == kept - 8  # groups 2 and 4 have no signal: kept only for the KL term
+
+
+# ------------------------------------------------------------------------------------------------ periodic eval
+def test_the_final_step_is_evaluated_once_as_after_not_also_as_a_periodic_eval(tmp_path, monkeypatch):
+    # Kills: the periodic evaluation run at the final step too (`<=` for `<`, or the bound dropped): the same
+    # held-out tasks evaluated twice on the same weights.
+    from lrmgym.learners.engine.loop import Loop
+
+    tags, real = [], Loop.evaluate
+
+    def spy(self, tag, *args, **kw):
+        tags.append(tag)
+        return real(self, tag, *args, **kw)
+
+    monkeypatch.setattr(Loop, "evaluate", spy)
+    loop = make_loop(run_config(_learner(steps=2, eval_every=1, eval_before_after=True, eval_greedy=False),
+                                eval_tasks=2), tmp_path)  # fmt: skip
+    summary = loop.run()
+    assert tags == ["step_0", "step_1", "step_2"]
+    assert summary["evals"]["after"]["step"] == 2
