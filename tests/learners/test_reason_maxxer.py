@@ -339,12 +339,16 @@ def test_a_bad_rollouts_file_names_the_file_and_line(tmp_path):
         ({**good, "prompt": [{"role": "user"}]}, "prompt must be a string or a list of chat messages "
                                                  "{role: str, content: str}"),
         ({**good, "token_ids": [5, 999]}, "token_ids holds id 999, not below the policy's vocabulary (105)"),
+        ({**good, "prompt_token_ids": [105]}, "prompt_token_ids holds id 105, not below the policy's vocabulary (105)"),
     ]  # fmt: skip
     for bad, problem in cases:
         path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
         message = f"{path}:2: not a judged rollout: {problem}. {fix}"
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             read_rollouts(path, vocab_size=105)
+    # The edges are fine: id 0 and the vocabulary's last id (vocab_size - 1).
+    path.write_text(json.dumps({**good, "prompt_token_ids": [0], "token_ids": [104, 0]}) + "\n")
+    assert read_rollouts(path, vocab_size=105)[0].token_ids == [104, 0]
     path.write_text('{"task_id": "t",\n')
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:1: not valid JSON"):
         read_rollouts(path)
