@@ -165,8 +165,10 @@ def test_each_step_logs_the_tokens_it_generated(tmp_path):
     train(run_config(_learner(steps=2)), tmp_path)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for m in lines:
-        assert m["compute/generated_tokens"] == pytest.approx(m["tokens_per_s"] * m["time/generate_s"], rel=1e-6)
+        # Single-turn: every generated token is a policy token, so the count is 16 x the mean completion length.
+        assert m["compute/generated_tokens"] == round(16 * m["length/mean"])
         assert 0 < m["compute/generated_tokens"] <= 4 * 4 * 8  # B x G x max_new_tokens
+        assert m["tokens_per_s"] > 0
 
 
 # ------------------------------------------------------------------------------------------ update_threads
