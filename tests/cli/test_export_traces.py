@@ -235,3 +235,21 @@ def test_exported_traces_are_reason_maxxer_training_data(run_dir):
     assert [(r.task_id, r.completion, r.reward, r.strength, r.step) for r in rollouts] == [
         (row["task_id"], row["completion"], row["reward"], row["strength"], row["step"]) for row in rows
     ]
+
+
+def test_pair_margins_at_their_edges():
+    # Kills: `<` / `<=` swapped at the margin checks: a pair exactly at min_margin is kept, a tie never is.
+    from lrmgym.learners.engine.export import preference_pairs
+
+    rows = [{"prompt": "Q", "completion": c, "reward": r, "strength": None}
+            for c, r in [("a", 1.0), ("b", 0.5), ("c", 1.0), ("d", 0.0)]]  # fmt: skip
+    skipped: dict[str, int] = {}
+    pairs = preference_pairs(rows, min_margin=0.5, skipped=skipped)
+    assert [(p["chosen"], p["rejected"]) for p in pairs] == [("a", "b"), ("a", "d")]  # b: margin 0.5 exactly
+    assert skipped == {"unscored": 0, "tie": 1}
+    skipped = {}
+    pairs = preference_pairs(rows, min_margin=0.0, skipped=skipped)
+    assert [p["rejected"] for p in pairs] == ["b", "d"] and skipped == {"unscored": 0, "tie": 1}
+    skipped = {}
+    assert [p["rejected"] for p in preference_pairs(rows, min_margin=0.6, skipped=skipped)] == ["d"]
+    assert skipped == {"unscored": 0, "tie": 1, "margin": 1}

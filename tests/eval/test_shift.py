@@ -254,3 +254,20 @@ def test_cli_refuses_a_run_without_a_checkpoint(tmp_path):
         f"Error: --rl: the run directory {str(run)!r} holds no checkpoint yet (checkpoints/step_*.pt); let the run "
         "save one (learner.checkpoint_every) or give a model folder."
     )
+
+
+def test_the_control_never_picks_the_base_argmax_and_stays_in_its_top_k():
+    # Kills: the control's draw starting at rank 1 (randint(0, k)): it would sometimes keep the base's argmax.
+    from lrmgym.eval.shift import _control
+
+    torch.manual_seed(0)
+    base = torch.randn(4000, 50)
+    rl = base.clone()
+    rl[torch.arange(4000), base.argmax(-1)] = -1e9  # the RL model disagrees everywhere
+    stats = classify_positions(base, rl)
+    picks = _control(torch.Generator().manual_seed(1), 8)(base, stats)
+    top = torch.topk(base, 8, dim=-1).indices
+    rank = (top == picks[:, None]).float().argmax(-1)  # 0 = the base's argmax
+    assert bool((top == picks[:, None]).any(-1).all())  # always within the base's top 8
+    assert int((rank == 0).sum()) == 0
+    assert set(rank.tolist()) == set(range(1, 8))  # every other rank is drawn

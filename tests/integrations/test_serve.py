@@ -316,3 +316,30 @@ def test_serve_without_its_extra_is_one_line(monkeypatch):
     assert result.output.strip().splitlines()[-1] == (
         'Error: `lrmgym serve` needs starlette and uvicorn: pip install -e ".[serve]" (or pip install "lrmgym[serve]").'
     )
+
+
+def test_a_full_group_is_graded_at_once_without_waiting_for_the_window():
+    # Kills: a full group held until its window ends (`>` for `>=` at the group-size check). In process, no HTTP:
+    # the window is far longer than the test's bound, so only a group that is flushed when full comes back.
+    import asyncio
+
+    from lrmgym.integrations.labels import Scorer
+    from lrmgym.integrations.serve import RewardServer, ServeConfig
+
+    cfg = resolve(["env=math", "judge=arena"])
+    server = RewardServer(Scorer(cfg.env, cfg.judge), ServeConfig(group_size=2, group_wait_s=3000, deadline_s=3600))
+    world = World(cfg.env, cfg.judge)
+    task, label = world.task(0, 0), world.label(0, 0)
+    near = f"<think>w</think><answer>{int(task.answer) + 1}</answer>"
+    far = f"<think>w</think><answer>{int(task.answer) + 50}</answer>"
+
+    async def both():
+        return await asyncio.gather(server.score([near], [None], [label]), server.score([far], [None], [label]))
+
+    try:
+        got = asyncio.run(asyncio.wait_for(both(), timeout=120))
+    finally:
+        server.close()
+        world.close()
+    assert [got[0]["rewards"], got[1]["rewards"]] == [[1.0], [0.0]]  # graded together: the arena ranked them
+    assert not server._buckets

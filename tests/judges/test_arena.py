@@ -164,8 +164,8 @@ def test_both_orders_doubles_calls_and_neutralises_position_bias():
     out = arena.score_group(TASK, *_group(range(8)))
     assert len(biased.log) == 36 and [c.score for c in out] == [0.0] * 8  # every flip is a tie: no signal
     consistent = ArenaJudge(ValueJudge(), both_orders=True).score_group(TASK, *_group([2, 9, 4]))
-    assert [c.score for c in consistent] == [0.0, 1.0, pytest.approx(consistent[2].score)]
-    assert 0 < consistent[2].score < 1
+    # 4 beats 2 and loses to 9 in both orders: halfway between them on the min-max scale.
+    assert [c.score for c in consistent] == [0.0, 1.0, pytest.approx(0.5)]
 
 
 def test_prompt_pool_persists_across_steps_and_is_trimmed():
@@ -180,6 +180,20 @@ def test_prompt_pool_persists_across_steps_and_is_trimmed():
     judge.log.clear()
     arena.score_group(Task(id="p/1", prompt="Q2", answer="1"), *_group([1, 2]))
     assert len(judge.log) == 1  # another prompt starts from an empty pool
+
+
+def test_a_trimmed_pool_keeps_the_comparisons_among_its_kept_members():
+    # Kills: `>` for `>=` at the trim: the comparisons of the oldest kept member lost (or a dropped one's kept).
+    from lrmgym.judges.arena import _Pool
+
+    members = [Completion(str(v)) for v in range(5)]
+    comps = [(i, j, 1.0) for i in range(5) for j in range(i + 1, 5)]
+    pool = _Pool(members, comps, np.arange(5.0)).trimmed(3)
+    assert [m.text for m in pool.members] == ["2", "3", "4"]
+    assert sorted(pool.comparisons) == [(0, 1, 1.0), (0, 2, 1.0), (1, 2, 1.0)]
+    assert pool.strengths.tolist() == [2.0, 3.0, 4.0]
+    whole = _Pool(members, comps, np.arange(5.0))
+    assert whole.trimmed(5) is whole and len(whole.trimmed(4).comparisons) == 6
 
 
 def test_call_cap_and_failures_are_counted_and_never_raise():

@@ -11,7 +11,7 @@ import torch
 from learner_helpers import tiny_hf_policy
 from pydantic import ValidationError
 
-from lrmgym.core import Completion, learner_env
+from lrmgym.core import Completion, Verdict, learner_env
 from lrmgym.learners.algorithms.distill import (
     DEFAULT_PRUNE_PROMPT,
     SDConfig,
@@ -435,3 +435,40 @@ def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(env,
     lines = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     straight_lines = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert [m["loss"] for m in lines] == [m["loss"] for m in straight_lines]
+
+
+class _UnknownCorrectness:
+    """The env, except that every pruned text's verdict has a score and a format but ``correct=None``."""
+
+    def __init__(self, env):
+        self.inner = learner_env(env)
+        self.max_turns = 1
+
+    def task_at(self, index, seed=None):
+        return self.inner.task_at(index, seed=seed)
+
+    def score_group(self, task, completions):
+        return [Verdict(score=1.0, correct=None, format_ok=True) for _ in completions]
+
+    def feedback(self, task, completion, verdict, turn):
+        return None
+
+
+def test_a_pruned_trace_of_unknown_correctness_is_refused(env):
+    # Kills: the pruner's check `correct is not True` weakened to `correct is False` (None accepted).
+    traces = [_trace(env, 0, _padded(_solution(env, 0)))]
+    pruner = FakePruner({traces[0].text: Completion(text=_solution(env, 0))})  # shorter; correct, were it graded
+    corpus, report = build_corpus(traces, _UnknownCorrectness(env), TOK, SDConfig(), pruner=pruner)
+    assert (report.pruned_accepted, report.rejected) == (0, {"wrong": 1})
+    assert corpus[0][1] == traces[0].token_ids
+
+
+def test_a_pruned_trace_as_long_as_the_original_is_refused(env):
+    # Kills: `len(ids) >= len(original)` relaxed to `>` (an equal-length rewrite taken as a pruning).
+    original = _padded(_solution(env, 0))
+    same_length = original.replace(";so far so good", ";so far so fine")
+    assert len(_ids(same_length)) == len(_ids(original)) and same_length != original
+    traces = [_trace(env, 0, original)]
+    corpus, report = build_corpus(traces, env, TOK, SDConfig(), pruner=FakePruner({original: Completion(same_length)}))
+    assert (report.pruned_accepted, report.rejected) == (0, {"not_shorter": 1})
+    assert corpus[0][1] == traces[0].token_ids

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -185,3 +186,39 @@ def test_ungradeable_samples_are_never_trained_nor_counted(tmp_path, monkeypatch
     assert trained == expected
     assert seen["norm_seqs"] == sum(1 for i in gradeable if any(tokenized[i].policy_mask))
     assert seen["norm_tokens"] == sum(sum(tokenized[i].policy_mask) for i in gradeable)
+
+
+# ------------------------------------------------------------------------------------------------ zero advantage
+@pytest.mark.parametrize(("kl_coef", "kept"), [(0.1, 16), (0.0, 8)])
+def test_zero_advantage_rows_are_kept_while_a_kl_term_acts_on_them(tmp_path, monkeypatch, kl_coef, kept):
+    # Kills: zero-advantage rows dropped although kl_coef > 0 (their KL gradient would be lost).
+    algo = _algo(tmp_path, kl_coef=kl_coef, drop_zero_advantage=True)
+    seqs, _ = _step_tokens(algo)  # 4 tasks x 4 samples
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0] * 4])
+    seen = []
+    monkeypatch.setattr(algo.updater, "update", lambda rows, adv, *a, **k: seen.append((rows, adv)) or {})
+    trajs = [SimpleNamespace(policy_turns=[]) for _ in range(16)]
+    fit = algo.learn(trajs, seqs, rewards, torch.ones(4, 4, dtype=torch.bool))
+    rows, adv = seen[0]
+    assert fit.trained == len(rows) == kept
+    assert sum(a == 0 for a in adv) == kept - 8  # groups 2 and 4 have no signal: kept only for the KL term
+
+
+# ------------------------------------------------------------------------------------------------ periodic eval
+def test_the_final_step_is_evaluated_once_as_after_not_also_as_a_periodic_eval(tmp_path, monkeypatch):
+    # Kills: the periodic evaluation run at the final step too (`<=` for `<`, or the bound dropped): the same
+    # held-out tasks evaluated twice on the same weights.
+    from lrmgym.learners.engine.loop import Loop
+
+    tags, real = [], Loop.evaluate
+
+    def spy(self, tag, *args, **kw):
+        tags.append(tag)
+        return real(self, tag, *args, **kw)
+
+    monkeypatch.setattr(Loop, "evaluate", spy)
+    loop = make_loop(run_config(_learner(steps=2, eval_every=1, eval_before_after=True, eval_greedy=False),
+                                eval_tasks=2), tmp_path)  # fmt: skip
+    summary = loop.run()
+    assert tags == ["step_0", "step_1", "step_2"]
+    assert summary["evals"]["after"]["step"] == 2

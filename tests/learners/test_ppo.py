@@ -17,7 +17,7 @@ from lrmgym.learners.algorithms.critic import value_loss
 from lrmgym.learners.algorithms.losses import aggregate, policy_loss
 from lrmgym.learners.algorithms.ppo import PPOConfig, explained_variance, token_rewards, whiten
 from lrmgym.learners.engine.loop import Loop
-from lrmgym.learners.engine.rollout import rollout, tokenize_trajectory
+from lrmgym.learners.engine.rollout import collate, rollout, tokenize_trajectory
 
 register_test_env()
 VOLATILE = ("time/", "tokens_per_s", "perf/")  # perf/*: FLOPs per second of wall time
@@ -282,3 +282,95 @@ def test_config_checks():
         PPOConfig(async_rollouts=True, temperature=0.7)
     with pytest.raises(ValidationError, match="critic"):
         PPOConfig(critic="shared")
+
+
+# --------------------------------------------------------------------------------------------- mutants
+def _ppo(tmp_path, **kw):
+    return make_loop(run_config(_learner(**kw)), tmp_path, setup=True).algorithm
+
+
+def _ppo_seqs(algo, tasks=4, group=2):
+    ro = rollout(algo.env, algo.policy, [algo.env.task_at(i, seed=0) for i in range(tasks)], group,
+                 algo.cfg.sampling(seed=3))  # fmt: skip
+    return [tokenize_trajectory(t, algo.policy.tokenizer) for g in ro.groups for t in g]
+
+
+def _drift(model, scale=0.05):
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale)
+
+
+def test_the_kl_reward_is_minus_its_coefficient_times_log_old_over_ref():
+    # Kills: the KL shaping's sign flipped (+kl_coef * kl rewards drifting away from the reference).
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0]])
+    kl = torch.tensor([[9.0, 0.5, -0.25, 1.0], [2.0, 0.1, 9.0, 9.0]])
+    rewards = token_rewards(torch.tensor([1.0, 0.0]), mask, kl, kl_coef=0.2)
+    expected = torch.tensor([[0.0, -0.1, 0.05, 1.0 - 0.2], [-0.4, -0.02, 0.0, 0.0]])
+    torch.testing.assert_close(rewards, expected)
+
+
+def test_the_kl_rewards_sample_is_log_pi_old_minus_log_pi_ref(tmp_path):
+    # Kills: the KL reward's per-token sample taken as log pi_ref - log pi_old (or against the policy itself).
+    algo = _ppo(tmp_path, kl_reward_coef=0.1)
+    seqs = _ppo_seqs(algo)
+    ref = algo._own_ref if algo.updater.ref_model is None else algo.updater.ref_model
+    before = algo.updater.no_grad_logprobs(ref, collate(seqs, [0.0] * len(seqs), algo.updater.pad_id))
+    _drift(algo.updater.model)
+    batch = collate(seqs, [0.0] * len(seqs), algo.updater.pad_id)
+    mask = batch.loss_mask.bool()
+    now = algo.updater.no_grad_logprobs(algo.updater.model, batch)
+    got = algo._kl(batch, "recompute")
+    assert float((now - before)[mask].abs().max()) > 1e-2, "the test needs a policy that has drifted"
+    torch.testing.assert_close(got[mask], (now - before)[mask], rtol=1e-4, atol=1e-5)
+
+
+def test_the_ppo_ratio_is_against_pi_old_not_the_reference(tmp_path, monkeypatch):
+    # Kills: the ratio's denominator taken from the reference's log-probs instead of pi_old's.
+    import lrmgym.learners.engine.update as update_mod
+
+    ratios, real = [], update_mod.policy_loss
+
+    def spy(logp, old, adv, mask, **kw):
+        out = real(logp, old, adv, mask, **kw)
+        ratios.append(out.ratio[mask.bool()].detach().clone())
+        return out
+
+    algo = _ppo(tmp_path, epochs=2, track_kl=True)
+    assert algo.updater.ref_model is not None
+    seqs = _ppo_seqs(algo)
+    _drift(algo.updater.model)  # the policy (pi_old of this step) is no longer the reference
+    monkeypatch.setattr(update_mod, "policy_loss", spy)
+    adv = [[0.5] * len(s.ids) for s in seqs]
+    stats = algo.updater.update(seqs, adv, True, "recompute")
+    assert stats["kl_ref"] > 1e-3
+    assert float((ratios[0] - 1.0).abs().max()) < 1e-4  # the first pass: pi_theta is pi_old
+
+
+def test_the_lr_schedule_starts_after_the_critic_warmup(tmp_path):
+    # Kills: the schedule stepped during the warm-up (`>=` for `>`, or no condition): the policy's first update
+    # would then not run at the first warm-up factor.
+    lr = 3e-3
+    algo = _ppo(tmp_path, critic_warmup_steps=2, warmup_steps=3, lr=lr, lr_decay="constant", steps=4)
+    seen = [algo.loop.train_step()["lr"] for _ in range(4)]
+    assert seen == pytest.approx([lr / 3, lr / 3, lr / 3, 2 * lr / 3])
+
+
+def test_the_value_fit_is_the_same_with_and_without_micro_batches(tmp_path):
+    # Kills: each micro-batch's value loss averaged over its own tokens instead of the minibatch's.
+    fits = {}
+    for micro in (None, 1):
+        algo = _ppo(tmp_path / str(micro), micro_batch_size=micro, critic="head", value_clip=None, max_new_tokens=24)
+        seqs = _ppo_seqs(algo)
+        batch = collate(seqs, [0.0] * len(seqs), algo.updater.pad_id)
+        values = algo.critic.values(batch)
+        torch.manual_seed(0)
+        returns = torch.randn(values.shape) * batch.loss_mask.to(values)
+        stats = algo.critic.fit(batch, values, returns, epochs=1, minibatches=1, clip=None)
+        fits[micro] = (stats["value/loss"], [p.detach().clone() for p in algo.critic.module.parameters()])
+    lengths = {sum(s.policy_mask) for s in seqs}
+    assert len(lengths) > 1, "the test needs rows of different lengths"
+    assert fits[1][0] == pytest.approx(fits[None][0], rel=1e-5)
+    for a, b in zip(fits[1][1], fits[None][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -339,12 +339,16 @@ def test_a_bad_rollouts_file_names_the_file_and_line(tmp_path):
         ({**good, "prompt": [{"role": "user"}]}, "prompt must be a string or a list of chat messages "
                                                  "{role: str, content: str}"),
         ({**good, "token_ids": [5, 999]}, "token_ids holds id 999, not below the policy's vocabulary (105)"),
+        ({**good, "prompt_token_ids": [105]}, "prompt_token_ids holds id 105, not below the policy's vocabulary (105)"),
     ]  # fmt: skip
     for bad, problem in cases:
         path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
         message = f"{path}:2: not a judged rollout: {problem}. {fix}"
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             read_rollouts(path, vocab_size=105)
+    # The edges are fine: id 0 and the vocabulary's last id (vocab_size - 1).
+    path.write_text(json.dumps({**good, "prompt_token_ids": [0], "token_ids": [104, 0]}) + "\n")
+    assert read_rollouts(path, vocab_size=105)[0].token_ids == [104, 0]
     path.write_text('{"task_id": "t",\n')
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:1: not valid JSON"):
         read_rollouts(path)
@@ -413,3 +417,38 @@ def test_defaults_are_the_papers_and_the_preset_resolves():
     assert (cfg.trim_longest, cfg.decision_fraction, cfg.tau) == (0.2, 0.04, None)
     preset = resolve(("env=math", "policy=tiny", "learner=reason_maxxer", "learner.lora_r=4")).learner
     assert preset.kind == "reason_maxxer" and preset.lora_r == 4 and preset.temperature == 1.0
+
+
+# --------------------------------------------------------------------------------------------------- mutants
+def test_the_base_entropies_sit_at_the_completion_positions(tmp_path):
+    # Kills: the slice of the scored entropies shifted by one (prompt_len : len, or prompt_len-1 : len-2).
+    from lrmgym.learners.algorithms.logprobs import token_entropy
+
+    policy = tiny_hf_policy(seed=0)
+    algo = ReasonMaxxer(_cfg(score_batch_size=3))
+    algo.policy, algo.pad_id = policy, 0
+    rollouts = [
+        JudgedRollout("a", "p", "c", [5, 6, 7], [8, 9, 10, 11], 1.0, True),
+        JudgedRollout("b", "p", "c", [5, 6], [12, 13], 0.0, False),
+        JudgedRollout("c", "p", "c", [5, 6, 7, 8, 9], [14], 0.0, False),
+    ]
+    scored = algo._score(rollouts)
+    with torch.no_grad():
+        for r, got in zip(rollouts, scored, strict=True):
+            ids = torch.tensor([[*r.prompt_token_ids, *r.token_ids]])
+            entropy = token_entropy(policy.model(input_ids=ids).logits)[0]  # entry t predicts token t + 1
+            want = entropy[len(r.prompt_token_ids) - 1 :]  # the predictions of the completion's tokens
+            assert got.shape == (len(r.token_ids),)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_clarity_order_puts_the_clearest_rollout_first(tmp_path):
+    # Kills: order=clarity sorted ascending (the least clear rollouts first).
+    from lrmgym.learners.algorithms.reason_maxxer import _Row
+
+    algo = ReasonMaxxer(_cfg(order="clarity", batch_size=2, full_sequence=False))
+    algo.tau = 1.0
+    entropy = torch.tensor([2.0, 0.5, 2.0, 0.5])  # half of the positions are decisions
+    algo.rows = [_Row([1] * 6, 2, entropy, adv, i) for i, adv in enumerate([0.1, -2.0, 0.5, 1.0])]
+    algo.batches_per_epoch = 2
+    assert algo.batch(0) + algo.batch(1) == [1, 3, 2, 0]  # |A| x decision share, descending

@@ -122,6 +122,37 @@ def test_the_store_keeps_each_tasks_shortest_correct_trace_with_its_stream_posit
     assert algo.traces["a"].text == "short"  # a longer correct trace does not replace it
 
 
+def test_the_store_refuses_a_trace_of_unknown_correctness():
+    # Kills: the store's check `correct is not True` weakened to `correct is False` (None recorded as correct).
+    algo = RingZeroRL(RL1Config(), "rl1")
+    algo.train_seed = 99
+    a = Task("a", "Qa")
+    unknown = _traj(a, "short", [1], True)
+    unknown.verdict = Verdict(score=1.0, correct=None, format_ok=True)
+    algo._record(Rollout(groups=[[unknown, _traj(a, "longer", [1, 2, 3], True)]], turn_verdicts=[[]]), start=0)
+    assert {k: t.text for k, t in algo.traces.items()} == {"a": "longer"}
+    assert algo.known == {"a": 3}
+
+
+def test_known_lengths_keep_each_tasks_shortest_over_the_earlier_stages(tmp_path):
+    # Kills: known_lengths keeping the longest (max for min) or the last stage's length.
+    from types import SimpleNamespace
+
+    from lrmgym.learners.algorithms.distill import Trace, write_traces
+    from lrmgym.learners.algorithms.ring_zero import known_lengths
+
+    def trace(task, n):
+        return Trace(task, 0, 1, [7], list(range(n)), "t", n)
+
+    records = []
+    for k, traces in enumerate([[trace("a", 5), trace("b", 2)], [trace("a", 3), trace("b", 4)], [trace("a", 4)]]):
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        write_traces(folder / "traces.jsonl", traces)
+        records.append(SimpleNamespace(folder=folder))
+    assert known_lengths(SimpleNamespace(earlier=lambda: records)) == {"a": 3, "b": 2}
+
+
 # --------------------------------------------------------------------------------------------------- the staged run
 def _config(stages: str, **per_stage):
     cfg = resolve((*BASE, f"learner.stages={stages}"))
@@ -154,8 +185,20 @@ def _lines(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tmp_path):
-    summary = _run(_config("[rl1,sd,rl2,rl3]"), tmp_path)
+def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tmp_path, monkeypatch):
+    from lrmgym.learners.algorithms.distill import SelfDistill
+
+    cfg = _config("[rl1,sd,rl2,rl3]")
+    base = build_context(cfg, tmp_path / "base").policy.model.state_dict()  # the policy as the run builds it
+    sd_start, real_setup = {}, SelfDistill.setup
+
+    def setup_and_look(self):
+        sd_start.update({k: v.detach().clone() for k, v in self.loop.ctx.policy.model.state_dict().items()})
+        return real_setup(self)
+
+    monkeypatch.setattr(SelfDistill, "setup", setup_and_look)
+    summary = _run(cfg, tmp_path / "run")
+    tmp_path = tmp_path / "run"
     folders = sorted(p.name for p in (tmp_path / "stages").iterdir())
     assert folders == ["01-rl1", "02-sd", "03-rl2", "04-rl3"]
     assert [s["stage"] for s in summary["stages"]] == ["rl1", "sd", "rl2", "rl3"]
@@ -181,8 +224,13 @@ def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tm
     tiers = summary["stages"][3]["outputs"]["tiers"]
     assert set(tiers) == {"low", "medium", "high"}
     assert (tmp_path / "stages/04-rl3/eval/tier_low/eval.json").is_file()
-    # The SD stage trained the base model: its "before" is the base model's evaluation (RL-1's "before").
-    assert summary["stages"][1]["before"]["sampled"] == summary["stages"][0]["before"]["sampled"]
+    # The SD stage trained the base model: it started from the base weights, not from RL-1's ...
+    rl1_final = torch.load(tmp_path / "stages/01-rl1/final.pt", weights_only=True)
+    assert sd_start.keys() == base.keys()
+    assert all(torch.equal(sd_start[k], v) for k, v in base.items())
+    assert not all(torch.equal(rl1_final[k], v) for k, v in base.items())  # (RL-1 did move the weights)
+    # ... and its "before" is the base model's evaluation, handed on from RL-1's "before".
+    assert summary["stages"][1]["before"] == summary["stages"][0]["before"]
     assert summary["evals"]["after"] == summary["stages"][3]["after"]
     assert json.loads((tmp_path / "summary.json").read_text())["learner"] == "ring_zero"
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 
-from lrmgym.learners.algorithms.losses import token_entropy, token_logprobs
+from lrmgym.learners.algorithms.logprobs import token_entropy, token_logprobs
 from lrmgym.learners.engine.rollout import TokenizedTrajectory, collate
 from lrmgym.learners.engine.shared_prefix import _equal_runs, forward_logprobs, prompt_groups, sharing
 

@@ -203,6 +203,11 @@ def test_a_lora_model_decodes_through_its_effective_weights():
                 LlamaDecoder.build(model).prefill(ids, att, pos, new=2), base, rtol=1e-4, atol=1e-4
             )
         assert (ref - base).abs().max() > 1e-2  # the adapter changes the logits: the two checks differ
+        model.merge_adapter()  # the deltas now sit in W: the decoder must not add them a second time
+        merged = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, -1]
+        torch.testing.assert_close(merged, ref, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(LlamaDecoder.build(model).prefill(ids, att, pos, new=2), ref, rtol=1e-4, atol=1e-4)
+        model.unmerge_adapter()
     dora = peft.get_peft_model(_model("llama"), peft.LoraConfig(r=2, target_modules=["q_proj"], use_dora=True))
     assert LlamaDecoder.build(dora) is None  # DoRA rescales the weight: not a plain delta, so model.forward
 

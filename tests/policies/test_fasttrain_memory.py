@@ -14,7 +14,7 @@ import torch
 import transformers
 from fasttrain_helpers import IDS, MODELS, _close, _grads, _model, _right_padded
 
-from lrmgym.learners.algorithms.losses import token_logprobs
+from lrmgym.learners.algorithms.logprobs import token_logprobs
 from lrmgym.learners.engine.shared_prefix import forward_logprobs
 from lrmgym.policies import fasttrain
 from lrmgym.policies.fasttrain import LlamaTrainer, head_logprobs

@@ -2,8 +2,8 @@
 
 Shapes: ``N`` sequences (trajectories) by ``T`` positions. Every per-token tensor is aligned to the *target*
 token: ``logp[n, t]`` is the log-probability of token ``t + 1`` of sequence ``n`` given tokens ``0..t`` (what
-:func:`token_logprobs` returns), and ``mask[n, t]`` says whether that target token was written by the policy
-(prompt, padding and env-feedback tokens are 0).
+:func:`~lrmgym.learners.algorithms.logprobs.token_logprobs` returns; re-exported here), and ``mask[n, t]`` says
+whether that target token was written by the policy (prompt, padding and env-feedback tokens are 0).
 
 Every policy loss has one signature and is registered by name (``pg_loss=...`` in a learner config)::
 
@@ -34,6 +34,7 @@ from typing import Annotated, Literal
 
 import torch
 
+from lrmgym.learners.algorithms.logprobs import token_entropy, token_logprobs
 from lrmgym.learners.engine.registry import FunctionRegistry, accepted_options
 
 __all__ = [
@@ -60,29 +61,6 @@ PGLoss = Literal["ppo_clip", "cispo", "gspo", "reinforce"]
 """The built-in policy losses (a typing aid; :data:`POLICY_LOSSES` is the authority)."""
 LossAgg = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
-
-
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each next token.
-
-    Args:
-        logits: ``[N, T, V]`` model outputs for ``input_ids``.
-        input_ids: ``[N, T]`` the token sequences.
-
-    Returns:
-        ``[N, T - 1]``: entry ``t`` is ``log p(input_ids[:, t + 1] | input_ids[:, :t + 1])``.
-    """
-    logits = logits[:, :-1].float()  # [N, T-1, V]
-    targets = input_ids[:, 1:].unsqueeze(-1)  # [N, T-1, 1]
-    # log_softmax then gather; logsumexp is the numerically safe normaliser.
-    picked = torch.gather(logits, -1, targets).squeeze(-1)  # [N, T-1]
-    return picked - torch.logsumexp(logits, dim=-1)
-
-
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the next-token distribution at each position, ``[N, T, V] -> [N, T - 1]`` (nats)."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [N, T-1, V]
-    return -(logp.exp() * logp).sum(-1)
 
 
 @dataclass

@@ -20,6 +20,7 @@ The worker is spawned (no fork of a process that holds torch threads), and a spa
 training again in the worker. So when the builders need nothing from ``__main__`` (lrmgym's own envs, policies
 and configs), the worker starts without it and a plain script works as it is; when they do (an env class
 defined in the script), the script needs the guard, and a worker that died of its absence says so.
+The worker's own loop is :func:`lrmgym.learners.engine.async_worker.worker_main`.
 Weights travel as a ``torch.save`` byte string per step (3.2 MB for the tiny model). The worker ignores
 SIGINT (the trainer handles Ctrl-C) and exits when the trainer's end of the pipe closes, so a trainer killed
 with SIGKILL does not leave it behind.
@@ -43,7 +44,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import types
 from collections.abc import Iterator, Sequence
 from multiprocessing.reduction import ForkingPickler
@@ -52,8 +52,8 @@ from typing import Any
 import torch
 
 from lrmgym.core import Task
-from lrmgym.learners.engine.common import keep_freed_memory
-from lrmgym.learners.engine.rollout import Rollout, rollout
+from lrmgym.learners.engine.async_worker import worker_main
+from lrmgym.learners.engine.rollout import Rollout
 from lrmgym.policies.base import SamplingParams
 
 __all__ = ["RolloutWorker", "RolloutWorkerError", "RolloutWorkerLost"]
@@ -76,71 +76,6 @@ def _state_bytes(model: torch.nn.Module) -> bytes:
     buffer = io.BytesIO()
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
     return buffer.getvalue()
-
-
-def _heartbeat(beats: Any, interval: float) -> None:
-    """Count up ``beats`` every ``interval`` seconds, for as long as the process runs (a daemon thread)."""
-    while True:
-        beats.value += 1
-        time.sleep(interval)
-
-
-def _worker_main(
-    conn: Any, make_env: Any, make_policy: Any, threads: int | None, registration: tuple | None,
-    beats: Any = None, beat_s: float = 1.0,
-) -> None:  # fmt: skip
-    """The worker's loop: build env and policy once, then serve ``("rollout", ...)`` requests until EOF."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer stops this worker when it stops
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if beats is not None:
-        threading.Thread(target=_heartbeat, args=(beats, beat_s), name="lrmgym-heartbeat", daemon=True).start()
-    try:
-        import gymnasium
-
-        from lrmgym.registry import register
-
-        keep_freed_memory()
-        if threads:
-            torch.set_num_threads(threads)
-        if registration is not None and registration[0] not in gymnasium.registry:
-            register(registration[0], registration[1], **registration[2])  # registered at run time by the trainer
-        env = make_env()
-        policy = make_policy()
-        if threads:  # the tiny policy's build sets its own thread count; the trainer's choice wins
-            torch.set_num_threads(threads)
-        conn.send(("ready", None))
-    except Exception:
-        _reply(conn, ("error", traceback.format_exc()))  # nobody to tell when the trainer is gone
-        return
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
-        try:
-            _, state, tasks, group_size, sampling, max_turns = message
-            if state is not None:
-                policy.model.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))
-            ro = rollout(env, policy, tasks, group_size, sampling, max_turns=max_turns)
-            pop = getattr(env, "pop_metrics", None)  # the judges' counters of this rollout travel with it
-            reply = ("ok", (ro, pop() if callable(pop) else None))
-        except Exception:
-            reply = ("error", traceback.format_exc())
-        if not _reply(conn, reply):
-            return
-
-
-def _reply(conn: Any, message: tuple) -> bool:
-    """Send ``message`` to the trainer; ``False`` when the trainer is gone (its end of the pipe closed)."""
-    try:
-        conn.send(message)
-    except OSError:  # BrokenPipeError, ConnectionResetError
-        return False
-    except Exception:  # the message does not pickle: the trainer gets that traceback instead
-        return _reply(conn, ("error", traceback.format_exc()))
-    return True
 
 
 def _registration(env_id: str | None) -> tuple | None:
@@ -216,7 +151,7 @@ class RolloutWorker:
         # lrmgym work too.
         builders = (make_env, make_policy, threads, _registration(env_id))
         self._process = context.Process(
-            target=_worker_main, args=(child, *builders, self._beats, beat_s), name="lrmgym-rollout", daemon=True
+            target=worker_main, args=(child, *builders, self._beats, beat_s), name="lrmgym-rollout", daemon=True
         )
         self._needs_main = _needs_main(builders)
         with contextlib.nullcontext() if self._needs_main else _main_hidden():

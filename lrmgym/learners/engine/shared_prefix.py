@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from lrmgym.learners.algorithms.losses import token_entropy, token_logprobs
+from lrmgym.learners.algorithms.logprobs import token_entropy, token_logprobs
 from lrmgym.learners.engine.flops import LlamaShape, chunk_flops
 from lrmgym.policies.fasttrain import LlamaTrainer, chunked_model_logprobs, right_padded
 from lrmgym.policies.sampling import _forward_kwargs, _output_cache
@@ -155,8 +155,8 @@ def forward_logprobs(
 
     Returns:
         ``(logp [N, T-1], entropy [N, T-1] or None)`` laid out like
-        :func:`~lrmgym.learners.algorithms.losses.token_logprobs`: entry ``t`` scores token ``t + 1``. Entries inside a
-        row's prompt (targets ``1 .. prompt_len - 1``) are 0 here; only targets from the first policy token on
+        :func:`~lrmgym.learners.algorithms.logprobs.token_logprobs`: entry ``t`` scores token ``t + 1``. Entries
+        inside a row's prompt (targets ``1 .. prompt_len - 1``) are 0 here; only targets from the first policy token on
         are computed.
     """
     n, width = input_ids.shape
