@@ -428,6 +428,32 @@ def _validate_options(env_id: str, model: Any, options: dict[str, Any]) -> Any:
     return _validate("env", model, options)
 
 
+def _check_arena_advantages(learner: Any, judges: Mapping[str, Any]) -> None:
+    """Refuse the arena judge with an advantage estimator that does not compare a reward with its own group.
+
+    The arena replaces a zero-variance group's rewards by its tournament's min-max strengths in [0, 1]: they rank
+    the group's traces against each other and say nothing against other groups. A group-relative estimator (grpo,
+    dr_grpo, rloo, reinforce_pp_baseline...) keeps that meaning; REINFORCE++'s batch whitening and PPO's GAE compare
+    each reward with the whole batch or a critic, so the better half of an all-wrong group would be paid.
+    """
+    arena = next((name for name, judge in judges.items() if getattr(judge, "kind", None) == "arena"), None)
+    if arena is None:
+        return
+    if getattr(learner, "kind", None) == "ppo":
+        raise ConfigError(
+            f"judge.{arena}: the arena judge cannot train with learner=ppo: GAE compares each reward with the "
+            "critic's value, not with the other traces of its group, so tournament rewards (0 to 1) of an "
+            "all-wrong group would push wrong answers up; use a group-relative learner (learner=grpo, cispo, "
+            "dr_grpo, rloo, dapo)."
+        )
+    if getattr(learner, "adv_estimator", None) == "reinforce_pp":
+        raise ConfigError(
+            f"judge.{arena}: the arena judge cannot train with learner.adv_estimator=reinforce_pp: its batch "
+            "whitening compares tournament rewards (0 to 1) with the whole batch, so the better half of an all-wrong "
+            "group would be paid; use learner.adv_estimator=reinforce_pp_baseline (a group baseline first) or grpo."
+        )
+
+
 def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
     """Validate a raw config tree (from :func:`merged_tree` or a saved ``config.yaml``) into a RunConfig."""
     unknown = [k for k in tree if k not in SECTIONS]
@@ -454,6 +480,7 @@ def resolve_dict(tree: Mapping[str, Any]) -> RunConfig:
     _preflight_eval_split(env, getattr(evaluation, "split", None))
     # No backend section (every config saved before backends existed, and every native run's) means native.
     backend = validate_component("backend", "backend", tree.get("backend") or {"kind": "native"})
+    _check_arena_advantages(learner, judges)
     return RunConfig(env=env, policy=policy, learner=learner, judge=judges, eval=evaluation, run=run, backend=backend)
 
 

@@ -150,3 +150,31 @@ def test_a_judge_listed_twice_is_refused_not_merged():
         "judge.accuracy.KEY. To weigh it more, set judge.accuracy.weight=2."
     )
     assert fail("judge=[format_strict,length,format_strict]").startswith("judge: format_strict is listed twice")
+
+
+@pytest.mark.parametrize(
+    ("tokens", "fix"),
+    [
+        (["learner=ppo"], "GAE"),
+        (["learner=reinforce_pp"], "reinforce_pp_baseline"),
+        (["learner=grpo", "learner.adv_estimator=reinforce_pp"], "reinforce_pp_baseline"),
+    ],
+)
+def test_the_arena_is_refused_with_advantages_that_do_not_compare_within_a_group(tokens, fix):
+    """Tournament rewards (min-max strengths in [0, 1]) mean something only against their own group: an estimator
+    that compares a reward with a critic or with the whole batch would pay a routed all-wrong group."""
+    with pytest.raises(ConfigError, match=fix) as err:
+        resolve(["env=math", "judge=arena", *tokens])
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("judge.arena:")
+
+
+@pytest.mark.parametrize("learner", ["grpo", "cispo", "dr_grpo", "rloo", "dapo", "reinforce_pp_baseline"])
+def test_the_arena_runs_with_group_relative_advantages(learner):
+    tokens = (
+        ["learner=grpo", "learner.adv_estimator=reinforce_pp_baseline"]
+        if "baseline" in learner
+        else [f"learner={learner}"]
+    )
+    cfg = resolve(["env=math", "judge=arena", *tokens])
+    assert cfg.judge["arena"].kind == "arena"
