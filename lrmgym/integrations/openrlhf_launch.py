@@ -264,6 +264,8 @@ FIELDS: dict[str, FieldRule] = {
                                       "while the step index, from 0, is at most freezing_steps)"),
     "learner.kl_reward_coef": _m("--algo.kl.init_coef with --algo.kl.estimator k1 and no KL loss: the per-token "
                                  "reward penalty -coef x (log pi_old - log pi_ref)"),
+    "learner.tis_cap": _u("the native engine's truncated importance sampling; OpenRLHF corrects its vLLM engines' "
+                          "gap with its own --algo.advantage.is_correction_* options, not mapped from this cap"),
     "learner.whiten_advantages": _m("OpenRLHF whitens GAE's advantages over the batch's tokens (false is refused)"),
     # -- the policy (hf, vllm)
     "policy.kind": _m("hf and vllm: --actor.model_name_or_path policy.model; tiny, mock and openai are refused"),
@@ -284,6 +286,8 @@ FIELDS: dict[str, FieldRule] = {
     "policy.gpu_memory_utilization": _i("the native vLLM engine's; see backend.vllm_gpu_memory_utilization"),
     "policy.enforce_eager": _m("--vllm.enforce_eager"),
     "policy.seed": _i("the native vLLM engine's seed; OpenRLHF seeds engine i with --train.seed + i"),
+    "policy.engine": _i("the native hf policy's rollout engine (lean, or a colocated vLLM); OpenRLHF always "
+                        "samples with its own vLLM engines"),
     "policy.engine_kwargs": _u("OpenRLHF builds its vLLM engines without extra keyword arguments"),
     # -- evaluation
     "eval.n": _m("--eval.n_samples_per_prompt"),

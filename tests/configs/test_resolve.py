@@ -69,7 +69,7 @@ def test_round_trip_through_yaml_dict():
         (("run=x",), "run: is a section, not a preset group; set its keys instead, e.g. run.KEY=VALUE."),
         (
             ("env=ecco",),
-            "env: unknown preset or environment id 'ecco'; presets: {envs}; environment ids: {ids}. "
+            "env: unknown preset or environment id 'ecco'; presets: {envs}; environment ids: {id_list}. "
             "Did you mean 'echo'?",
         ),
         (("env.wrds=2",), "env.wrds: unknown key (value 2); allowed: max_turns, words. Did you mean 'words'?"),
@@ -81,7 +81,7 @@ def test_round_trip_through_yaml_dict():
         (("env.words=0",), "env.words: invalid value 0: expected an integer from 1 to 50."),
         (
             ("env.id=lrmgym/Ecco-v0",),
-            "env.id: unknown environment 'lrmgym/Ecco-v0'; allowed: {ids}. Did you mean 'lrmgym/Echo-v0'?",
+            "env.id: unknown environment 'lrmgym/Ecco-v0'{id_allowed}",
         ),
         (("run.seed=-1",), "run.seed: invalid value -1: expected an integer >= 0."),
         (
@@ -107,14 +107,19 @@ def test_round_trip_through_yaml_dict():
     ],
 )
 def test_error_messages_are_pinned(tokens, message):
+    from lrmgym.configs.errors import allowed
     from lrmgym.registry import list_envs
 
+    ids = list_envs(namespace=None)  # more than the built-in envs where other tests registered theirs
     message = message.format(
         envs=", ".join(list_presets("env")),
-        ids=", ".join(list_envs(namespace=None)),
+        id_list=", ".join(ids) if len(ids) <= 10 else "see `lrmgym envs list`",
+        id_allowed=allowed("lrmgym/Ecco-v0", ids, "`lrmgym envs list` shows all {n}"),
         judges=", ".join(list_presets("judge")) or "none",
     )
     assert fail(*tokens) == message
+    if "Ecco" in message:
+        assert message.endswith("Did you mean 'lrmgym/Echo-v0'?") or "Did you mean 'lrmgym/Echo-v0'? " in message
 
 
 def test_cli_exits_2_with_one_line_and_writes_nothing(tmp_path):

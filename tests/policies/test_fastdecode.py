@@ -263,7 +263,7 @@ def test_bf16_sampling_copy_runs_every_lean_architecture(kind, extra):
     model = _model(kind, **extra)
     ids = torch.randint(3, COMMON["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(0))
     att, pos = torch.ones_like(ids), torch.arange(7).expand(2, 7)
-    with torch.no_grad():
+    with torch.inference_mode():  # as the sampler runs the decoder (its buffers are reused across decoders)
         ref = torch.log_softmax(model(ids).logits[:, -1].float(), -1)
         with sample_dtype(torch.bfloat16):
             decoder = LlamaDecoder.build(model)

@@ -174,7 +174,7 @@ def test_only_our_failures_are_ungradeable(reply, score, reason):
 
 
 def test_no_worker_at_all_is_ungradeable(monkeypatch):
-    def refuse(cls):
+    def refuse(cls, *args, **kwargs):
         raise RuntimeError("no worker")
 
     monkeypatch.setattr(mv._Worker, "start", classmethod(refuse))
