@@ -40,9 +40,10 @@ import resource
 import signal
 import sys
 import threading
-import time
 from collections import OrderedDict
 from typing import Any
+
+from lrmgym.envs.math._worker import _stall
 
 _MEMORY_LIMIT_BYTES = int(os.environ.get("LRMGYM_RG_MEMORY_BYTES") or 2 << 30)
 _ENTRY_MEMO = 512
@@ -206,7 +207,7 @@ class _Scorer:
                      "metadata": carried.get("metadata") or {}}  # fmt: skip
         signal.setitimer(signal.ITIMER_REAL, budget)
         try:
-            _test_hooks(request)
+            _stall(request)  # the math worker's test hooks: a stall no timer interrupts, a memory bomb
             self.guard.armed, self.guard.refusal = True, None
             try:
                 value = dataset.score_answer(answer, entry)
@@ -236,16 +237,6 @@ class _Scorer:
 
 def _sha(text: Any) -> str:
     return hashlib.sha256(str(text).encode()).hexdigest()
-
-
-def _test_hooks(request: dict[str, Any]) -> None:
-    """Test hooks: stand for C code that no timer interrupts (``stall``) or a memory bomb (``hog``)."""
-    if "stall" in request:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-        time.sleep(float(request["stall"]))
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
-    if "hog" in request:
-        bytearray(int(request["hog"]))
 
 
 def main() -> None:
