@@ -16,11 +16,13 @@ a device, and no command writes into a directory that holds another command's re
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,6 +37,7 @@ __all__ = [
     "fresh_dir",
     "out_of_space",
     "remove_stale_temps",
+    "replaced_dir",
     "run_folder_of",
 ]
 
@@ -91,6 +94,30 @@ def out_of_space(err: BaseException, directory: str | os.PathLike) -> bool:
     except OSError:
         return False
     return st.f_bavail * st.f_frsize < 1 << 20  # under 1 MiB left: whatever the error says, the disk is full
+
+
+@contextlib.contextmanager
+def replaced_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """A temporary sibling folder to fill, which takes ``target``'s place when the block ends cleanly.
+
+    A folder is written whole or not at all: an exception removes the temporary folder and leaves ``target`` as
+    it was; an existing ``target`` is moved aside and removed only once the new folder is in its place.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+        aside = None
+        if target.exists():
+            aside = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.rename(target, aside)
+        os.rename(tmp, target)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

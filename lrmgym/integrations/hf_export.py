@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lrmgym.files import replaced_dir
 from lrmgym.runs import HFExportError, is_run_dir, load_run_policy, run_checkpoint
 
 __all__ = ["EXPORT_RECORD", "HFExportError", "HFExportResult", "export_hf", "is_run_dir", "load_run_policy"]
@@ -109,9 +108,7 @@ def export_hf(
             f"--adapter: RUN {str(run_dir)!r} trained all the model's weights (no LoRA), so there is no adapter; "
             "export without --adapter."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with replaced_dir(target) as tmp:  # --force: the old folder goes only once the new one is complete
         form = _save(policy, tmp, adapter)
         record = {"run": str(run_dir.resolve()), "checkpoint": checkpoint.name, "step": step, "form": form,
                   "lrmgym": version}  # fmt: skip
@@ -119,15 +116,5 @@ def export_hf(
         os.chmod(tmp, 0o755)  # mkdtemp (and some writers) make files private; an exported model is a normal folder
         for written in tmp.iterdir():
             os.chmod(written, 0o644)
-        aside = None
-        if target.exists():  # --force: the old folder goes only once the new one is complete
-            aside = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.rename(target, aside)
-        os.rename(tmp, target)
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     files = sorted(p.name for p in target.iterdir())
     return HFExportResult(target, step, checkpoint, form, files)

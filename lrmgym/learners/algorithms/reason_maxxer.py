@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lrmgym.files import replaced_dir
 from lrmgym.learners.algorithms.reason_maxxer_config import ReasonMaxxerConfig
 from lrmgym.learners.algorithms.reason_maxxer_data import ReasonMaxxerData, _device, _pad
 from lrmgym.learners.algorithms.reason_maxxer_loss import LossParts, reason_maxxer_loss
@@ -352,14 +350,6 @@ def _with_lora(policy: Any, cfg: ReasonMaxxerConfig, seed: int) -> Any:
 
 def _save_pretrained(path: Path, model: Any, tokenizer: Any) -> None:
     """``save_pretrained`` of both into a temporary sibling folder, renamed over ``path`` (no half folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with replaced_dir(path) as tmp:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
