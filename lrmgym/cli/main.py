@@ -402,7 +402,7 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
     from lrmgym.learners.engine.async_rollout import RolloutWorkerLost
     from lrmgym.learners.engine.resume import write_run_record
     from lrmgym.learners.engine.rundir import CorruptCheckpointError
-    from lrmgym.policies.base import MissingPackageError
+    from lrmgym.policies.base import EngineStartError, MissingPackageError
 
     new = resume_dir is None
     run_dir = resume_dir
@@ -426,7 +426,7 @@ def _train(cfg: Any, resume_dir: Path | None, held: contextlib.ExitStack) -> Non
             _remove_made(run_dir, made)
         if isinstance(err, (FileNotFoundError, ConfigError, ValueError)):  # e.g. a bad data file or model folder
             raise UserError(str(err)) from None
-        if isinstance(err, MissingPackageError):  # e.g. policy=vllm where vllm is not installed
+        if isinstance(err, (MissingPackageError, EngineStartError)):  # e.g. no vllm; vLLM out of GPU memory
             raise EnvironmentFailure(str(err)) from None
         if isinstance(err, OSError) and _is_disk_full(err, run_dir.parent if new else run_dir):
             raise _disk_full(err, None if new else run_dir) from None
@@ -520,7 +520,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.eval.runner import evaluate, print_report
     from lrmgym.files import atomic_write_text
-    from lrmgym.policies.base import MissingPackageError
+    from lrmgym.policies.base import EngineStartError, MissingPackageError
     from lrmgym.policies.openai import PolicyRequestError
 
     _check_name_free(cfg)
@@ -529,7 +529,7 @@ def eval_(overrides: tuple[str, ...]) -> None:
         policy = build_policy(cfg)
     except (FileNotFoundError, ConfigError, ValueError) as err:  # a bad data file, model folder, device ...
         raise UserError(str(err)) from None
-    except MissingPackageError as err:  # e.g. policy=vllm where vllm is not installed
+    except (MissingPackageError, EngineStartError) as err:  # e.g. no vllm; vLLM out of GPU memory
         raise EnvironmentFailure(str(err)) from None
     made = _missing_folders(cfg)
     out_dir = _fresh_dir(cfg, _default_name(cfg, "eval"))
@@ -561,7 +561,7 @@ def _eval_suites(suites: list[Any], paths: dict[str, str], rest: list[str]) -> N
     from lrmgym.eval.runner import evaluate, print_report
     from lrmgym.eval.suites import SuiteError, check_items, print_summary, suite_summary
     from lrmgym.files import atomic_write_text
-    from lrmgym.policies.base import MissingPackageError
+    from lrmgym.policies.base import EngineStartError, MissingPackageError
     from lrmgym.policies.openai import PolicyRequestError
 
     planned = []
@@ -584,7 +584,7 @@ def _eval_suites(suites: list[Any], paths: dict[str, str], rest: list[str]) -> N
         policy = build_policy(first)
     except (FileNotFoundError, ConfigError, ValueError) as err:
         raise UserError(str(err)) from None
-    except MissingPackageError as err:
+    except (MissingPackageError, EngineStartError) as err:
         raise EnvironmentFailure(str(err)) from None
     made = _missing_folders(first)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")

@@ -21,6 +21,10 @@ class MissingPackageError(ImportError):
     """A policy needs an optional package that is not importable here; the message names it and how to install it."""
 
 
+class EngineStartError(RuntimeError):
+    """A rollout engine (vLLM) failed to start for a reason of the machine's (memory, driver): one line, with a fix."""
+
+
 class SamplingParams(BaseModel):
     """How to sample. Shared by every policy; a policy that cannot honour a field says so when it is set."""
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lrmgym.policies.base import SamplingParams
+from lrmgym.policies.base import EngineStartError, SamplingParams
 from lrmgym.policies.sampling import SampledSequence
 
 __all__ = ["VLLMRolloutEngine", "vllm_missing"]
@@ -49,6 +49,12 @@ def vllm_missing() -> str | None:
             "(CPU), or use policy.engine=lean"
         )
     return None
+
+
+def _first_line(err: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of ``err``'s message, cut at ``limit`` characters (vLLM's can span pages)."""
+    line = next((part.strip() for part in str(err).splitlines() if part.strip()), "no message").rstrip(".")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _is_peft(model: Any) -> bool:
@@ -112,7 +118,20 @@ class VLLMRolloutEngine:
         if lora_rank is not None:
             kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
         kwargs.update(engine_kwargs or {})
-        llm = vllm.LLM(**kwargs)
+        try:
+            llm = vllm.LLM(**kwargs)
+        except TypeError as err:  # vLLM's argument classes reject a key: the user's policy.engine_kwargs
+            unknown = sorted(set(engine_kwargs or {}))
+            raise ValueError(
+                f"policy.engine_kwargs: vLLM refused the engine's arguments ({_first_line(err)}); the keys you set "
+                f"were {unknown}: use vllm.LLM's (and EngineArgs') argument names, or drop the key"
+            ) from err
+        except Exception as err:  # noqa: BLE001 - out of memory, a driver, an unsupported model: say it in one line
+            raise EngineStartError(
+                f"vLLM could not start the rollout engine for {model_path} on {device.type}: {type(err).__name__}: "
+                f"{_first_line(err)}. On a GPU, lower policy.engine_kwargs.gpu_memory_utilization or set "
+                "policy.engine_kwargs.max_model_len; policy.engine=lean samples without vLLM"
+            ) from err
         return cls(llm, lora_rank=lora_rank, sleep_mode=bool(kwargs.get("enable_sleep_mode")))
 
     # ------------------------------------------------------------------------------------------ weights

@@ -73,6 +73,66 @@ def test_the_lean_engine_is_the_default():
     assert HFPolicyConfig(model=str(TINY)).engine == "lean"
 
 
+def _fake_vllm(monkeypatch, error: Exception):
+    """A stand-in ``vllm`` module whose ``LLM(...)`` raises ``error``: how vLLM fails to start, without vLLM."""
+    import importlib.machinery
+    import sys
+    import types
+
+    fake = types.ModuleType("vllm")
+    fake.__spec__ = importlib.machinery.ModuleSpec("vllm", loader=None)
+
+    def llm(**kwargs):
+        raise error
+
+    fake.LLM = llm
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+
+
+def test_engine_kwargs_vllm_rejects_are_a_one_line_user_error(monkeypatch):
+    from lrmgym.policies.vllm_engine import VLLMRolloutEngine
+
+    _fake_vllm(monkeypatch, TypeError("EngineArgs.__init__() got an unexpected keyword argument 'gpu_mem'"))
+    with pytest.raises(ValueError) as err:
+        VLLMRolloutEngine.start(
+            str(TINY), tokenizer=None, dtype="float32", device=__import__("torch").device("cpu"), lora_rank=None,
+            trust_remote_code=False, engine_kwargs={"gpu_mem": 0.5},
+        )  # fmt: skip
+    assert str(err.value) == (
+        "policy.engine_kwargs: vLLM refused the engine's arguments (EngineArgs.__init__() got an unexpected keyword "
+        "argument 'gpu_mem'); the keys you set were ['gpu_mem']: use vllm.LLM's (and EngineArgs') argument names, "
+        "or drop the key"
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "says"),
+    [
+        (TypeError("EngineArgs.__init__() got an unexpected keyword argument 'gpu_mem'"), 2, "policy.engine_kwargs"),
+        (RuntimeError("CUDA out of memory.\nTried to allocate 2.00 GiB\n" + "x" * 5000), 1, "vLLM could not start"),
+    ],
+)
+def test_the_cli_reports_a_failed_engine_start_in_one_line_and_writes_nothing(monkeypatch, tmp_path, error, code, says):
+    from click.testing import CliRunner
+
+    from lrmgym.cli.main import cli
+
+    _fake_vllm(monkeypatch, error)
+    runs = tmp_path / "runs"
+    args = [
+        "run", "env=math", "learner=grpo_hf", "policy=hf", f"policy.model={TINY}", "policy.engine=vllm",
+        "policy.engine_kwargs.gpu_mem=0.5", f"run.output_dir={runs}",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == code, result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+    assert says in result.output and "Traceback" not in result.output
+    if code == 1:  # the first line of vLLM's message, not its pages
+        assert "RuntimeError: CUDA out of memory. On a GPU" in result.output
+        assert "Tried to allocate" not in result.output
+    assert not runs.exists()
+
+
 class ScriptedEngine:
     """Stand-in for the vLLM engine where vLLM cannot run: returns fixed samples and records what it was asked."""
 
