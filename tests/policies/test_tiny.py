@@ -93,6 +93,24 @@ def test_build_is_cached_reproducible_and_loads(monkeypatch, tmp_path):
     ]  # fmt: skip
 
 
+def test_a_forced_rebuild_that_fails_while_writing_keeps_the_old_model(monkeypatch, tmp_path):
+    from lrmgym.learners.algorithms import sft
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = TinyPolicyConfig(**SMALL)
+    folder = build_tiny(cfg, progress=False, examples=_pairs)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def broken(path):  # the disk fills while the new build's tokenizer config is written
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sft, "_portable_tokenizer_config", broken)
+    with pytest.raises(OSError, match="No space left"):
+        build_tiny(cfg, force=True, progress=False, examples=_pairs)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # the old model, whole
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no temporary folder left
+
+
 def test_missing_model_without_building_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cfg = TinyPolicyConfig(seed=1, build_if_missing=False)  # seed 0's model ships with lrmgym

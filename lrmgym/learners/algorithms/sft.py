@@ -17,13 +17,12 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from lrmgym.files import replaced_dir
 from lrmgym.policies.tiny import (
     TinyPolicyConfig,
     TinyTrainConfig,
@@ -315,8 +314,9 @@ def build_tiny(
 ) -> Path:
     """Build, train and cache the tiny model for ``cfg``; returns its folder.
 
-    The model is written to a temporary folder beside the cache entry and renamed into place, so a crash or a
-    concurrent build never leaves a half-written model. An existing entry is kept unless ``force``.
+    The model is written to a temporary folder beside the cache entry and renamed into place
+    (:func:`lrmgym.files.replaced_dir`), so a crash or a concurrent build never leaves a half-written model, and a
+    forced rebuild that fails keeps the old one. An existing entry is kept unless ``force``.
 
     Args:
         cfg: The tiny model's config.
@@ -347,9 +347,7 @@ def build_tiny(
 
             load_recipe_weights(model, cfg.train.init_from)
         facts = train_masked_ce(model, tokenizer, cfg.train, pairs, progress=progress)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with replaced_dir(folder) as tmp:  # whole or not at all; a forced rebuild keeps the old model until the swap
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
@@ -360,12 +358,6 @@ def build_tiny(
             torch=torch.__version__, loadavg_before=load_before, loadavg_after=_loadavg(), cpus=os.cpu_count(),
         )  # fmt: skip
         (tmp / "build.json").write_text(json.dumps(facts, indent=2) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
