@@ -185,6 +185,11 @@ def _check_tokenizers(base: Any, rl: Any) -> None:
 @click.option("--device", default=None, help="Run both models here (cpu, cuda, auto); default: each policy's own.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the control's draws.")
 @click.option(
+    "--gate-tau", "gate_taus", type=click.FloatRange(min=0.0, max=1e6), multiple=True, metavar="NATS",
+    help="Also decode with the entropy gate at this threshold (repeatable): the RL model's argmax wherever the "
+    "base's entropy exceeds it (the paper's §3.3: 1.2).",
+)  # fmt: skip
+@click.option(
     "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
     help="Write shift.json (every number and the config) and shift.png into this directory.",
 )  # fmt: skip
@@ -192,7 +197,8 @@ def _check_tokenizers(base: Any, rl: Any) -> None:
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 def shift(
     base_name: str, rl_name: str, tasks: int | None, max_new_tokens: int | None, batch_size: int | None,
-    device: str | None, seed: int, out_dir: Path | None, force: bool, overrides: tuple[str, ...],
+    device: str | None, seed: int, gate_taus: tuple[float, ...], out_dir: Path | None, force: bool,
+    overrides: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Where does an RL model's greedy choice depart from its base model's (ReasonMaxxer's token shift)?
 
@@ -204,7 +210,10 @@ def shift(
     unshifted positions; and the accuracy of four greedy decodes: base, RL, the oracle (the base, taking the
     RL model's argmax where it re-ranks the base's top 5; with no shifted position that is the RL model's
     greedy decode, and what counts is the share of tokens it edits) and the control (a random one of the
-    base's top 20 instead, where the RL model disagrees).
+    base's top 20 instead, where the RL model disagrees). With --gate-tau T (repeatable), also the entropy-gated
+    decode (the paper's §3.3): the base, taking the RL model's argmax wherever the base's own entropy exceeds T
+    nats (no RL information about where); its accuracy, share of tokens gated and edited, and how often it is
+    exactly the RL model's greedy decode.
 
     \b
     MODEL (--base, --rl) is a model folder (config.json + weights, read as policy=hf policy.model=PATH), a run
@@ -246,7 +255,7 @@ def shift(
         report = analyze_shift(
             base.model, rl.model, base.tokenizer, grader, chosen,
             max_new_tokens=max_new_tokens or cfg.eval.max_new_tokens, batch_size=batch_size or cfg.eval.batch_size,
-            seed=seed, pass_threshold=cfg.eval.pass_threshold, eos_ids=base.eos_token_ids,
+            seed=seed, gate_taus=gate_taus, pass_threshold=cfg.eval.pass_threshold, eos_ids=base.eos_token_ids,
             encode=base.encode_prompt, decode=base.decode, progress=True,
         )  # fmt: skip
     except ValueError as err:  # the models' vocabularies differ after all (e.g. padded embeddings)
@@ -312,5 +321,11 @@ def _print_table(report: Any, config: dict[str, Any]) -> None:
     table.add_row("oracle: share of tokens edited", _pct(report.oracle_edit_rate))
     table.add_row("control: share of tokens edited", _pct(report.control_edit_rate))
     table.add_row("oracle = RL's own greedy tokens", _pct(report.oracle_matches_rl))
+    for gate in report.gated:
+        table.add_row(
+            f"gated (base entropy > {gate['tau']:g}): accuracy / tokens gated / edited / = RL's greedy",
+            f"{_pct(gate['accuracy'])} / {_pct(gate['gated_rate'])} / {_pct(gate['edit_rate'])} / "
+            f"{_pct(gate['matches_rl'])}",
+        )
     table.add_row("wall time", f"{report.wall_s:.1f} s")
     Console().print(table)
