@@ -15,8 +15,9 @@ Per seed, each a fresh ``lrmgym run`` process on one thread:
   evaluated every 30 steps: GRPO's held-out gain as a function of its work (the curve);
 - ``reason_maxxer``: the ``learner=reason_maxxer`` preset (2 048 problems x 8 rollouts of the frozen base, tau
   calibrated to gate 4 % of completion tokens, rank-8 LoRA), its gain compared with GRPO's curve at the same work;
-- ``kl_distill``: ``learner=kl_distill`` with that seed's GRPO run as the teacher (``KLD``: the paper's recipe,
-  rank 8 as the paper's compressed variant and the data sized for 20-token rollouts);
+- ``kl_distill``: ``learner=kl_distill`` with that seed's GRPO run as the teacher (``KLD``: the paper's recipe
+  with rank 8, the paper's compressed variant, and 1 024 rollouts at lr 1e-3 for 20-token rollouts, chosen on
+  seed 0 by the training KL alone); ``kl_distill_paper``: the paper's 100 rollouts at lr 1e-4 (``KLD_PAPER``);
 - ``lrmgym analyze shift --base <the testbed model> --rl <the GRPO run>`` with ``--gate-tau`` at ``TAUS``: the
   oracle and the entropy-gated intervention with the GRPO model as teacher.
 
