@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from lrmgym.policies.locate import MODEL_HELP
+from lrmgym.configs.locate import MODEL_HELP
 
 __all__ = ["command"]
 
@@ -34,7 +34,7 @@ def command() -> None:
 
 # ------------------------------------------------------------------------------------------------ models
 def _locate(value: str, option: str, device: str | None) -> Any:
-    from lrmgym.policies.locate import ModelLocateError, locate_model
+    from lrmgym.configs.locate import ModelLocateError, locate_model
 
     try:
         return locate_model(value, option, device)
@@ -43,20 +43,21 @@ def _locate(value: str, option: str, device: str | None) -> Any:
 
 
 def _load(model: Any) -> Any:
-    from lrmgym.policies.locate import ModelLocateError, load_located
+    from lrmgym.compose import build_policy
+    from lrmgym.configs.locate import ModelLocateError, load_located
 
     try:
-        return load_located(model)
+        return load_located(model, build_policy)
     except ModelLocateError as err:
         raise _UserError(str(err)) from None
 
 
 def _check_tokenizers(base: Any, rl: Any) -> None:
-    from lrmgym.policies.locate import ModelLocateError, check_same_vocabulary
+    from lrmgym.policies.vocab import check_same_vocabulary
 
     try:
         check_same_vocabulary(rl, base, "--rl", "--base")
-    except ModelLocateError as err:
+    except ValueError as err:
         raise _UserError(str(err)) from None
 
 

@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 from learner_helpers import TEST_ENV_ID, register_test_env, save_tiny_hf, tiny_hf_policy
 
+from lrmgym.compose import load_named_model
 from lrmgym.learners.algorithms.kl_distill import KLDistill, KLDistillConfig, forward_kl_topk, teacher_topk
 from lrmgym.learners.engine.context import RunContext
 from lrmgym.registry import make
@@ -74,9 +75,9 @@ def _cfg(teacher, **kw) -> KLDistillConfig:
     return KLDistillConfig(**{**base, **kw})
 
 
-def _ctx(tmp_path, name: str, seed: int = 0) -> RunContext:
+def _ctx(tmp_path, name: str, seed: int = 0, load_model=load_named_model) -> RunContext:
     return RunContext(env=make(TEST_ENV_ID), policy=tiny_hf_policy(seed=0), eval=None, seed=seed,
-                      run_dir=tmp_path / name)  # fmt: skip
+                      run_dir=tmp_path / name, load_model=load_model)  # fmt: skip
 
 
 @pytest.fixture
@@ -152,6 +153,12 @@ def test_a_bad_teacher_is_a_one_line_error_before_anything_is_sampled(tmp_path):
         "run directory of `lrmgym run` (with config.yaml), or tiny (the shipped default model)."
     )
     assert not (tmp_path / "run" / "kl_distill").exists()
+
+
+def test_a_context_that_cannot_load_models_is_refused(tmp_path, teacher):
+    loop = _cfg(teacher).build(_ctx(tmp_path, "run", load_model=None))
+    with pytest.raises(ValueError, match=r"^learner=kl_distill needs a run context that can load its teacher"):
+        loop.algorithm.setup()
 
 
 def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, teacher):

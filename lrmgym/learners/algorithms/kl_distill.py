@@ -19,8 +19,9 @@ the RL "teacher" on the teacher's own rollouts (eq. 4)::
 It reuses ReasonMaxxer's machinery: the rollout store and sampler (:class:`ReasonMaxxerData`, run with the
 teacher as the policy), the LoRA wrapping, the epoch order, the schedule, the checkpoints (the adapter only),
 the export (``run_dir/adapter/``, with ``merge`` ``run_dir/merged/``). The run loop around it evaluates the
-student before and after. ``learner.teacher`` is a model folder, a run directory of ``lrmgym run`` or tiny
-(:func:`lrmgym.policies.locate.locate_model`); a bad one is a one-line error before anything is sampled.
+student before and after. ``learner.teacher`` is a model folder, a run directory of ``lrmgym run`` or tiny,
+loaded by the run context's ``load_model`` (:func:`lrmgym.compose.load_named_model`); a bad one is a one-line
+error before anything is sampled.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from lrmgym.learners.engine.common import adamw, check_trainable, derived_seed
 from lrmgym.learners.engine.loop import StepResult
 from lrmgym.learners.engine.rundir import atomic_torch_save, atomic_write_json
 from lrmgym.policies.fasttrain import causal_lm_logits
+from lrmgym.policies.vocab import check_same_vocabulary
 
 __all__ = ["KLDistill", "KLDistillConfig", "forward_kl_topk", "teacher_topk"]
 
@@ -115,13 +117,16 @@ class KLDistill(ReasonMaxxer):
         )
 
     def _teacher(self, student: Any) -> tuple[Any, str]:
-        """The teacher policy, loaded in eval mode, with the student's tokenizer; and what it is."""
-        from lrmgym.policies.locate import check_same_vocabulary, load_located, locate_model
-
-        located = locate_model(self.cfg.teacher, "learner.teacher", None)
-        teacher = load_located(located)
+        """The teacher policy (the run context's ``load_model``), with the student's tokenizer; and what it is."""
+        load = self.loop.ctx.load_model
+        if load is None:
+            raise ValueError(
+                "learner=kl_distill needs a run context that can load its teacher (RunContext.load_model); "
+                "`lrmgym run` and lrmgym.compose.train give one."
+            )
+        teacher = load(self.cfg.teacher, "learner.teacher")
         check_same_vocabulary(teacher, student, "learner.teacher", "the policy")
-        return teacher, located.where
+        return teacher, self.cfg.teacher
 
     @torch.no_grad()
     def _targets(self, teacher: Any, vocab: int) -> dict[str, Any]:

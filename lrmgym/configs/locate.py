@@ -1,19 +1,21 @@
 """Name a model on the command line or in a config: a model folder, a run directory of ``lrmgym run``, or tiny.
 
-``lrmgym analyze shift`` (``--base``, ``--rl``) and ``learner=kl_distill`` (``learner.teacher``) take a model as
-one string; :func:`locate_model` checks what it names without loading anything, :func:`load_located` builds the
-policy with the run's newest weights. Every user mistake is a one-line :class:`ModelLocateError` (a
+``lrmgym analyze shift`` (``--base``, ``--rl``) and ``learner=kl_distill`` (``learner.teacher``, through the run
+context's ``load_model``, :func:`lrmgym.compose.load_named_model`) take a model as one string; :func:`locate_model`
+checks what it names without loading anything, :func:`load_located` builds the policy with the run's newest
+weights. Every user mistake is a one-line :class:`ModelLocateError` (a
 ``ValueError``) that starts with the option's name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["MODEL_HELP", "LocatedModel", "ModelLocateError", "check_same_vocabulary", "load_located", "locate_model"]
+__all__ = ["MODEL_HELP", "LocatedModel", "ModelLocateError", "load_located", "locate_model"]
 
 MODEL_HELP = (
     "a model folder (config.json + weights: loaded as policy=hf policy.model=PATH), a run directory of "
@@ -77,7 +79,7 @@ def locate_model(value: str, option: str, device: str | None) -> LocatedModel:
     """
     import yaml
 
-    from lrmgym.cli.main import yaml_problem
+    from lrmgym.configs.errors import yaml_problem
     from lrmgym.configs.resolve import ConfigError, resolve_dict, validate_component
     from lrmgym.policies.checkpoint import ModelFolderError, model_folder
 
@@ -140,9 +142,12 @@ def _adapter_hint(option: str, run: Path, kind: str) -> str:
     return head + f"it has no merged model ({merged}): train it with learner.merge=true, then give {option} {merged}."
 
 
-def load_located(model: LocatedModel) -> Any:
-    """Build the policy of ``model`` (its weights loaded) in eval mode."""
-    from lrmgym.compose import build_policy
+def load_located(model: LocatedModel, build_policy: Callable[[Any], Any]) -> Any:
+    """Build the policy of ``model`` (its weights loaded) in eval mode.
+
+    ``build_policy`` is the composition root's (:func:`lrmgym.compose.build_policy`: it builds a tiny recipe's
+    model first if it is not cached); it is called with an object whose ``policy`` is the model's config.
+    """
     from lrmgym.configs.resolve import ConfigError
     from lrmgym.policies.checkpoint import ModelFolderError
 
@@ -160,15 +165,3 @@ def load_located(model: LocatedModel) -> Any:
             ) from None
     policy.model.eval()
     return policy
-
-
-def check_same_vocabulary(policy: Any, other: Any, option: str, other_option: str) -> None:
-    """Refuse two policies whose tokenizers differ: next-token distributions are compared id by id."""
-    ours, theirs = other.tokenizer.get_vocab(), policy.tokenizer.get_vocab()
-    if ours != theirs:
-        differ = len(set(ours.items()) ^ set(theirs.items()))
-        raise ModelLocateError(
-            f"{option}: its tokenizer's vocabulary differs from {other_option}'s ({len(theirs)} vs {len(ours)} "
-            f"tokens, {differ} entries differ); next-token distributions are compared id by id, so both need one "
-            "tokenizer."
-        )
