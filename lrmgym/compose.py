@@ -87,7 +87,19 @@ def build_context(config: Any, run_dir: Path | str) -> Any:
         config=config,
         report_to=tuple(config.run.report_to),
         model_commands=functools.partial(model_commands, config=config),
+        load_model=load_named_model,
     )
+
+
+def load_named_model(value: str, option: str) -> Any:
+    """The policy a learner's option names (a model folder, a run directory of ``lrmgym run``, tiny), eval mode.
+
+    A bad name raises a one-line :class:`~lrmgym.configs.locate.ModelLocateError` (a ``ValueError``) that
+    starts with ``option``.
+    """
+    from lrmgym.configs.locate import load_located, locate_model
+
+    return load_located(locate_model(value, option, None), build_policy)
 
 
 def prepare(config: Any, run_dir: Path | str) -> Any:

@@ -10,21 +10,17 @@ choice depart from the base model's, and how many tokens carry the difference?
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import click
+
+from lrmgym.configs.locate import MODEL_HELP
 
 __all__ = ["command"]
 
 _SECTIONS = ("env", "eval")
 """The config sections `analyze shift` reads from its overrides."""
-_MODEL_HELP = (
-    "a model folder (config.json + weights: loaded as policy=hf policy.model=PATH), a run directory of "
-    "`lrmgym run` (its newest checkpoint's weights in the run's own policy), or tiny (the shipped default model)"
-)
 
 
 class _UserError(click.ClickException):
@@ -37,153 +33,48 @@ def command() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ models
-def _newest_weights(run_dir: Path) -> tuple[Path, str] | None:
-    """The newest weights file of a run and what it is: ``checkpoints/step_N.pt``, else the latest stage's."""
-    from lrmgym.learners.engine.rundir import Checkpointer
-    from lrmgym.learners.engine.staged import FINAL_WEIGHTS, STAGES_DIR
+def _locate(value: str, option: str, device: str | None) -> Any:
+    from lrmgym.configs.locate import ModelLocateError, locate_model
 
-    folders = [run_dir]
-    if (run_dir / STAGES_DIR).is_dir():
-        folders += sorted((p for p in (run_dir / STAGES_DIR).iterdir() if p.is_dir()), reverse=True)
-    for folder in folders:
-        stage = "" if folder == run_dir else f"stage {folder.name}, "
-        if stage and (folder / FINAL_WEIGHTS).is_file():
-            return folder / FINAL_WEIGHTS, f"the end of stage {folder.name}"
-        checkpoints = Checkpointer(folder / "checkpoints")
-        if checkpoints.steps():
-            return checkpoints.path(checkpoints.steps()[-1]), f"{stage}step {checkpoints.steps()[-1]}"
-    return None
-
-
-def _load_weights(path: Path, option: str) -> dict[str, Any]:
-    """The model state dict in ``path``: a checkpoint's ``state["model"]``, or a stage's ``final.pt`` itself."""
-    import torch
-
-    from lrmgym.learners.engine.staged import FINAL_WEIGHTS
-
-    final = path.name == FINAL_WEIGHTS  # a bare state dict; a checkpoint also holds RNG states (not weights only)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=final)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user-facing problem
-        raise _UserError(f"{option}: {path} does not load ({type(err).__name__}: {str(err)[:200]}).") from None
-    weights = state if final else state.get("model") if isinstance(state, dict) else None
-    if not isinstance(weights, dict):
-        raise _UserError(f"{option}: {path} holds no model weights (no 'model' entry).")
-    return weights
+        return locate_model(value, option, device)
+    except ModelLocateError as err:
+        raise _UserError(str(err)) from None
 
 
-@dataclass(frozen=True)
-class _Model:
-    """A model named on the command line, checked but not loaded yet."""
-
-    option: str
-    config: Any  # the policy config
-    weights: Path | None  # a run's checkpoint to load into the policy, or None
-    where: str  # what it is, for the table and shift.json
-
-
-def _locate(value: str, option: str, device: str | None) -> _Model:
-    """What ``value`` names (see ``_MODEL_HELP``); a bad value is one ``Error:`` line naming it and the fix."""
-    import yaml
-
-    from lrmgym.cli.main import yaml_problem
-    from lrmgym.configs.resolve import ConfigError, resolve_dict, validate_component
-    from lrmgym.policies.checkpoint import ModelFolderError, model_folder
-
-    extra = {"device": device} if device else {}
-    path = Path(value).expanduser()
-    try:
-        if value == "tiny":
-            return _Model(option, validate_component("policy", "policy", {"kind": "tiny", **extra}), None, value)
-        if not path.exists():
-            raise _UserError(
-                f"{option}: {value!r} does not exist; give a model folder (with config.json), a run directory of "
-                "`lrmgym run` (with config.yaml), or tiny (the shipped default model)."
-            )
-        if (path / "config.yaml").is_file():
-            try:
-                tree = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
-            except yaml.YAMLError as err:
-                raise _UserError(
-                    f"{option}: {path / 'config.yaml'} is not valid YAML ({yaml_problem(err)}); give a run directory "
-                    "of `lrmgym run` whose config.yaml loads, or a model folder."
-                ) from None
-            resolved = resolve_dict(tree if isinstance(tree, dict) else {})
-            config = resolved.policy
-            if resolved.learner.kind == "reason_maxxer":
-                raise _UserError(_reason_maxxer_hint(option, path))
-            if config.kind not in ("tiny", "hf"):
-                raise _UserError(
-                    f"{option}: the run {str(path)!r} trained a {config.kind!r} policy, which has no weights to "
-                    "compare; give a run of a tiny or hf policy, or a model folder."
-                )
-            found = _newest_weights(path)
-            if found is None:
-                raise _UserError(
-                    f"{option}: the run directory {str(path)!r} holds no checkpoint yet (checkpoints/step_*.pt); let "
-                    "the run save one (learner.checkpoint_every) or give a model folder."
-                )
-            return _Model(option, config.model_copy(update=extra), found[0], f"{value} ({found[1]})")
-        if (path / "config.json").is_file():
-            model_folder(str(path), field=option)
-            return _Model(option, validate_component("policy", "policy", {"kind": "hf", "model": value, **extra}),
-                          None, value)  # fmt: skip
-    except (ConfigError, ModelFolderError, yaml.YAMLError) as err:
-        raise _UserError(f"{option}: {err}") from None
-    raise _UserError(
-        f"{option}: {value!r} is neither a model folder (no config.json) nor a run directory of `lrmgym run` "
-        "(no config.yaml); give one of those, or tiny (the shipped default model)."
-    )
-
-
-def _reason_maxxer_hint(option: str, run: Path) -> str:
-    """A reason_maxxer run's checkpoints hold its LoRA adapter, not a model: name the merged model to give."""
-    merged = run / "merged"  # lrmgym.learners.algorithms.reason_maxxer writes it with learner.merge=true
-    head = f"{option}: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; "
-    if (merged / "config.json").is_file():
-        return head + f"give its merged model: {option} {merged}."
-    return head + f"it has no merged model ({merged}): train it with learner.merge=true, then give {option} {merged}."
-
-
-def _load(model: _Model) -> Any:
-    """Build the policy of ``model`` (its weights loaded) in eval mode."""
+def _load(model: Any) -> Any:
     from lrmgym.compose import build_policy
-    from lrmgym.configs.resolve import ConfigError
-    from lrmgym.policies.checkpoint import ModelFolderError
+    from lrmgym.configs.locate import ModelLocateError, load_located
 
     try:
-        policy = build_policy(SimpleNamespace(policy=model.config))  # it reads only the policy section
-    except (ConfigError, ModelFolderError, FileNotFoundError, ValueError) as err:
-        raise _UserError(f"{model.option}: {err}") from None
-    if model.weights is not None:
-        try:
-            policy.model.load_state_dict(_load_weights(model.weights, model.option))
-        except RuntimeError as err:
-            first = str(err).splitlines()[0][:300]
-            raise _UserError(f"{model.option}: {model.weights} does not fit the run's policy ({first}).") from None
-    policy.model.eval()
-    return policy
+        return load_located(model, build_policy)
+    except ModelLocateError as err:
+        raise _UserError(str(err)) from None
 
 
 def _check_tokenizers(base: Any, rl: Any) -> None:
-    ours, theirs = base.tokenizer.get_vocab(), rl.tokenizer.get_vocab()
-    if ours != theirs:
-        differ = len(set(ours.items()) ^ set(theirs.items()))
-        raise _UserError(
-            f"--rl: its tokenizer's vocabulary differs from --base's ({len(theirs)} vs {len(ours)} tokens, {differ} "
-            "entries differ); the analysis compares next-token distributions id by id, so both need one tokenizer."
-        )
+    from lrmgym.policies.vocab import check_same_vocabulary
+
+    try:
+        check_same_vocabulary(rl, base, "--rl", "--base")
+    except ValueError as err:
+        raise _UserError(str(err)) from None
 
 
 # ------------------------------------------------------------------------------------------------ shift
 @command.command("shift", context_settings={"ignore_unknown_options": True})
-@click.option("--base", "base_name", required=True, metavar="MODEL", help=f"The base model: {_MODEL_HELP}.")
+@click.option("--base", "base_name", required=True, metavar="MODEL", help=f"The base model: {MODEL_HELP}.")
 @click.option("--rl", "rl_name", required=True, metavar="MODEL", help="The RL-tuned model, named like --base.")
 @click.option("--tasks", type=click.IntRange(min=1), default=None, help="Held-out tasks (default: eval.tasks).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens per decode (default: eval.max_new_tokens).")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Prompts decoded together (default: eval.batch_size).")
 @click.option("--device", default=None, help="Run both models here (cpu, cuda, auto); default: each policy's own.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the control's draws.")
+@click.option(
+    "--gate-tau", "gate_taus", type=click.FloatRange(min=0.0, max=1e6), multiple=True, metavar="NATS",
+    help="Also decode with the entropy gate at this threshold (repeatable): the RL model's argmax wherever the "
+    "base's entropy exceeds it (the paper's §3.3: 1.2).",
+)  # fmt: skip
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
     help="Write shift.json (every number and the config) and shift.png into this directory.",
@@ -192,7 +83,8 @@ def _check_tokenizers(base: Any, rl: Any) -> None:
 @click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
 def shift(
     base_name: str, rl_name: str, tasks: int | None, max_new_tokens: int | None, batch_size: int | None,
-    device: str | None, seed: int, out_dir: Path | None, force: bool, overrides: tuple[str, ...],
+    device: str | None, seed: int, gate_taus: tuple[float, ...], out_dir: Path | None, force: bool,
+    overrides: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Where does an RL model's greedy choice depart from its base model's (ReasonMaxxer's token shift)?
 
@@ -204,7 +96,10 @@ def shift(
     unshifted positions; and the accuracy of four greedy decodes: base, RL, the oracle (the base, taking the
     RL model's argmax where it re-ranks the base's top 5; with no shifted position that is the RL model's
     greedy decode, and what counts is the share of tokens it edits) and the control (a random one of the
-    base's top 20 instead, where the RL model disagrees).
+    base's top 20 instead, where the RL model disagrees). With --gate-tau T (repeatable), also the entropy-gated
+    decode (the paper's §3.3): the base, taking the RL model's argmax wherever the base's own entropy exceeds T
+    nats (no RL information about where); its accuracy, share of tokens gated and edited, and how often it is
+    exactly the RL model's greedy decode.
 
     \b
     MODEL (--base, --rl) is a model folder (config.json + weights, read as policy=hf policy.model=PATH), a run
@@ -246,7 +141,7 @@ def shift(
         report = analyze_shift(
             base.model, rl.model, base.tokenizer, grader, chosen,
             max_new_tokens=max_new_tokens or cfg.eval.max_new_tokens, batch_size=batch_size or cfg.eval.batch_size,
-            seed=seed, pass_threshold=cfg.eval.pass_threshold, eos_ids=base.eos_token_ids,
+            seed=seed, gate_taus=gate_taus, pass_threshold=cfg.eval.pass_threshold, eos_ids=base.eos_token_ids,
             encode=base.encode_prompt, decode=base.decode, progress=True,
         )  # fmt: skip
     except ValueError as err:  # the models' vocabularies differ after all (e.g. padded embeddings)
@@ -312,5 +207,11 @@ def _print_table(report: Any, config: dict[str, Any]) -> None:
     table.add_row("oracle: share of tokens edited", _pct(report.oracle_edit_rate))
     table.add_row("control: share of tokens edited", _pct(report.control_edit_rate))
     table.add_row("oracle = RL's own greedy tokens", _pct(report.oracle_matches_rl))
+    for gate in report.gated:
+        table.add_row(
+            f"gated (base entropy > {gate['tau']:g}): accuracy / tokens gated / edited / = RL's greedy",
+            f"{_pct(gate['accuracy'])} / {_pct(gate['gated_rate'])} / {_pct(gate['edit_rate'])} / "
+            f"{_pct(gate['matches_rl'])}",
+        )
     table.add_row("wall time", f"{report.wall_s:.1f} s")
     Console().print(table)

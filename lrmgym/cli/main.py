@@ -294,6 +294,7 @@ def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
     """The saved config of a run directory, resolved, and as written (for the resume check)."""
     import yaml
 
+    from lrmgym.configs.errors import yaml_problem
     from lrmgym.configs.resolve import ConfigError, resolve_dict
 
     config_path = resume_dir / "config.yaml"
@@ -311,13 +312,6 @@ def _load_saved(resume_dir: Path) -> tuple[Any, dict[str, Any]]:
         ) from None
     except (ConfigError, UnicodeDecodeError) as err:
         raise UserError(f"--resume: {config_path}: {err}") from None
-
-
-def yaml_problem(err: Exception) -> str:
-    """A YAML parser's error in one line: what it expected and where (``line L, column C``)."""
-    problem = getattr(err, "problem", None) or (str(err).splitlines() or ["unreadable"])[0]
-    mark = getattr(err, "problem_mark", None)
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 @cli.command(

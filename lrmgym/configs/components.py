@@ -17,6 +17,7 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "ppo": "lrmgym.learners.algorithms.ppo:PPOConfig",
         "ring_zero": "lrmgym.learners.algorithms.ring_zero:RingZeroConfig",
         "reason_maxxer": "lrmgym.learners.algorithms.reason_maxxer:ReasonMaxxerConfig",
+        "kl_distill": "lrmgym.learners.algorithms.kl_distill_config:KLDistillConfig",
     },
     "judge": {
         "accuracy": "lrmgym.judges.rule:AccuracyJudgeConfig",

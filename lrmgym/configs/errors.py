@@ -178,3 +178,10 @@ def format_error(prefix: str, err: Mapping[str, Any], model: type[BaseModel] | N
     if allowed_range and kind in _NUMBER_KINDS:
         message += f" ({allowed_range})"
     return f"{path}: invalid value {show(value)}: {message}."
+
+
+def yaml_problem(err: Exception) -> str:
+    """A YAML parser's error in one line: what it expected and where (``line L, column C``)."""
+    problem = getattr(err, "problem", None) or (str(err).splitlines() or ["unreadable"])[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem

@@ -19,6 +19,12 @@ Two interventions decode the base model again, continuing from the corrected pre
   where the two decodes are identical (the RL model's own greedy run is decoded separately).
 - **control**: at the same kind of positions (where the RL model disagrees, on the control's own prefix), a
   uniformly random alternative from the base's top-20 other than its argmax instead.
+- **gated** (the paper's §3.3, one decode per threshold ``tau`` in ``gate_taus``): wherever the *base's* entropy
+  (nats) on the current prefix exceeds ``tau`` (strictly), take the RL model's argmax, whatever it is; elsewhere
+  the base's. The RL model says *what* to write, never *where*: the gate is the base's own uncertainty. Reported
+  per ``tau``: accuracy, ``gated_rate`` (share of tokens above the gate), ``edit_rate`` (share whose token
+  changed: gated and the RL model disagreed) and ``matches_rl`` (share of tasks decoded exactly as the RL
+  model's own greedy decode).
 
 :func:`analyze_shift` takes two model-like objects (transformers causal LMs: ``model(input_ids=...,
 attention_mask=..., position_ids=..., cache=...)`` returning ``.logits``), the base's tokenizer and an env's
@@ -59,7 +65,7 @@ UNSHIFTED, RERANKED, SHIFTED = 0, 1, 2
 CLASS_NAMES = ("unshifted", "reranked", "shifted")
 """Class names by class id."""
 RUNS = ("base", "rl", "oracle", "control")
-"""The four greedy decodes of each task."""
+"""The four greedy decodes of each task (plus one ``gated@TAU`` per gate threshold)."""
 
 
 # --------------------------------------------------------------------------------------------------- classes
@@ -151,10 +157,11 @@ class _Path:
     rank: list[int] = field(default_factory=list)
     entropy: list[float] = field(default_factory=list)
     edits: int = 0  # tokens that are not the base's argmax
+    touched: list[int] = field(default_factory=list)  # completion indices where the chooser intervened
 
 
-Chooser = Callable[[torch.Tensor, PositionStats | None], torch.Tensor]
-"""``(base_logits [b, V], stats or None) -> next tokens [b]``."""
+Chooser = Callable[[torch.Tensor, PositionStats | None], tuple[torch.Tensor, torch.Tensor | None]]
+"""``(base_logits [b, V], stats or None) -> (next tokens [b], where it intervened [b] bool or None)``."""
 
 
 def _device(model: Any) -> torch.device:
@@ -199,15 +206,18 @@ def _lockstep(
     alive = list(range(len(prompts)))  # original row of each row still decoding
     for _ in range(max_new_tokens):
         stats = classify_positions(logits, rl_logits, top_k) if rl_logits is not None else None
-        token = choose(logits, stats)  # [b]
+        token, touched = choose(logits, stats)  # [b], [b] or None
         done = torch.isin(token, eos).tolist()
         edited = (token != logits.argmax(-1)).tolist()
+        touched = touched.tolist() if touched is not None else [False] * len(alive)
         columns = [token.tolist()]
         if stats is not None:
             columns += [stats.classes.tolist(), stats.rank.tolist(), stats.entropy.tolist()]
         keep = []
         for i, row in enumerate(alive):
             path = paths[row]
+            if touched[i]:
+                path.touched.append(len(path.token_ids))
             path.token_ids.append(columns[0][i])
             path.edits += edited[i]
             if stats is not None:
@@ -233,29 +243,42 @@ def _lockstep(
     return paths
 
 
-def _greedy(logits: torch.Tensor, stats: PositionStats | None) -> torch.Tensor:
-    return logits.argmax(-1)
+def _greedy(logits: torch.Tensor, stats: PositionStats | None) -> tuple[torch.Tensor, None]:
+    return logits.argmax(-1), None
 
 
-def _oracle(logits: torch.Tensor, stats: PositionStats | None) -> torch.Tensor:
+def _oracle(logits: torch.Tensor, stats: PositionStats | None) -> tuple[torch.Tensor, torch.Tensor]:
     assert stats is not None
     # The RL token where it re-ranks the base's top-5 (where the two agree it is the base's argmax anyway).
-    return torch.where(stats.classes == RERANKED, stats.rl_top, stats.base_top)
+    where = stats.classes == RERANKED
+    return torch.where(where, stats.rl_top, stats.base_top), where
+
+
+def _gated(tau: float) -> Chooser:
+    """The RL model's argmax wherever the base's entropy exceeds ``tau`` (strictly), the base's elsewhere."""
+
+    def choose(logits: torch.Tensor, stats: PositionStats | None) -> tuple[torch.Tensor, torch.Tensor]:
+        assert stats is not None
+        where = stats.entropy > tau  # [b]: the base's own uncertainty, no information from the RL model
+        return torch.where(where, stats.rl_top, stats.base_top), where
+
+    return choose
 
 
 def _control(generator: torch.Generator, top: int) -> Chooser:
     """Where the RL model disagrees, a uniform pick among the base's top-``top`` other than its argmax."""
 
-    def choose(logits: torch.Tensor, stats: PositionStats | None) -> torch.Tensor:
+    def choose(logits: torch.Tensor, stats: PositionStats | None) -> tuple[torch.Tensor, torch.Tensor]:
         assert stats is not None
         token = stats.base_top.clone()
-        where = (stats.classes != UNSHIFTED).nonzero()[:, 0]  # [m]
+        disagree = stats.classes != UNSHIFTED
+        where = disagree.nonzero()[:, 0]  # [m]
         k = min(top, logits.shape[-1])
         if len(where) and k > 1:
             pick = torch.randint(1, k, (len(where),), generator=generator).to(logits.device)  # [m], never rank 1
             candidates = torch.topk(logits[where], k, dim=-1).indices  # [m, k]
             token[where] = candidates.gather(-1, pick[:, None])[:, 0]
-        return token
+        return token, disagree
 
     return choose
 
@@ -272,6 +295,9 @@ class ShiftReport:
         control_edit_rate: Share of the control's tokens replaced by a random top-20 alternative.
         oracle_matches_rl: Share of tasks whose oracle tokens equal the RL model's own greedy tokens (1.0 when no
             SHIFTED position lies on the oracle's path, up to floating-point ties).
+        gated: One entry per gate threshold (``gate_taus``, in order): ``tau``, ``accuracy``, ``gated_rate``
+            (share of the decode's tokens where the base's entropy exceeded tau), ``edit_rate`` (share whose token
+            is not the base's argmax), ``matches_rl`` (share of tasks decoded as the RL model's greedy run).
         tasks: One record per task: its id and, for each decode, whether it passed, its tokens and text.
         position_classes: The class of every base position, in task order (for plots; not in :meth:`to_dict`).
         position_entropy: The base entropy of every base position, in nats (likewise).
@@ -289,6 +315,7 @@ class ShiftReport:
     position_entropy: list[float]
     config: dict[str, Any]
     wall_s: float
+    gated: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Every number and the config, JSON-ready (with an entropy histogram per class, not every position)."""
@@ -298,6 +325,7 @@ class ShiftReport:
             "oracle_edit_rate": self.oracle_edit_rate,
             "control_edit_rate": self.control_edit_rate,
             "oracle_matches_rl": self.oracle_matches_rl,
+            "gated": self.gated,
             "entropy_histogram": self.entropy_histogram(),
             "config": self.config,
             "wall_s": self.wall_s,
@@ -354,13 +382,14 @@ def analyze_shift(
     top_k: int = 5,
     control_top: int = 20,
     seed: int = 0,
+    gate_taus: Sequence[float] = (),
     pass_threshold: float = 1.0,
     eos_ids: Sequence[int] | None = None,
     encode: Callable[[Prompt], list[int]] | None = None,
     decode: Callable[[Sequence[int]], str] | None = None,
     progress: bool = False,
 ) -> ShiftReport:
-    """Compare ``rl`` with ``base`` on ``tasks``: position classes, the oracle and its random control.
+    """Compare ``rl`` with ``base`` on ``tasks``: position classes, the oracle, its random control, the gates.
 
     Args:
         base: The base causal LM (a transformers model; its logits are ``model(...).logits``).
@@ -373,6 +402,8 @@ def analyze_shift(
         top_k: The base top-k that separates RERANKED from SHIFTED.
         control_top: The control draws from the base's top ``control_top`` (its argmax excluded).
         seed: Seed of the control's draws.
+        gate_taus: One entropy-gated decode per threshold (nats): the RL model's argmax wherever the base's entropy
+            exceeds it (the paper's §3.3 uses 1.2). Empty: none.
         pass_threshold: A verdict without a ``correct`` flag passes when its score is at least this.
         eos_ids: Tokens that end a decode (default: the tokenizer's EOS and the base's generation config's).
         encode: Prompt -> token ids (default: the tokenizer, with its chat template for chat prompts); pass the
@@ -385,6 +416,10 @@ def analyze_shift(
     """
     if not tasks:
         raise ValueError("analyze_shift needs at least one task.")
+    taus = list(dict.fromkeys(float(t) for t in gate_taus))  # in order, each once
+    bad = [t for t in taus if not t >= 0.0 or t == float("inf")]
+    if bad:
+        raise ValueError(f"gate tau {bad[0]!r} is not a finite entropy in nats; give values >= 0, e.g. 1.2 or 1.4.")
     start = time.perf_counter()
     eos = sorted(set(eos_ids if eos_ids is not None else _eos_ids(base, tokenizer)))
     if not eos:
@@ -398,7 +433,8 @@ def analyze_shift(
 
     generator = torch.Generator().manual_seed(seed)
     kwargs = {"max_new_tokens": max_new_tokens, "eos_ids": eos, "pad_id": int(pad), "top_k": top_k}
-    runs: dict[str, list[_Path]] = {name: [] for name in RUNS}
+    gates = {_gate_name(t): t for t in taus}
+    runs: dict[str, list[_Path]] = {name: [] for name in (*RUNS, *gates)}
     bar = _progress(len(tasks), progress)
     for b in range(0, len(tasks), batch_size):
         prompts = [encode(t.prompt) for t in tasks[b : b + batch_size]]
@@ -406,13 +442,15 @@ def analyze_shift(
         runs["rl"] += _lockstep(rl, None, prompts, _greedy, **kwargs)
         runs["oracle"] += _lockstep(base, rl, prompts, _oracle, **kwargs)
         runs["control"] += _lockstep(base, rl, prompts, _control(generator, control_top), **kwargs)
+        for name, tau in gates.items():
+            runs[name] += _lockstep(base, rl, prompts, _gated(tau), **kwargs)
         bar.update(len(prompts))
     bar.close()
 
-    records, passed = [], {name: 0 for name in RUNS}
+    records, passed = [], {name: 0 for name in runs}
     for k, task in enumerate(tasks):
         record: dict[str, Any] = {"task_id": task.id}
-        for name in RUNS:
+        for name in runs:
             path = runs[name][k]
             text = decode(path.token_ids)
             completion = Completion(
@@ -421,8 +459,10 @@ def analyze_shift(
             ok = _grade(env, task, completion, pass_threshold)
             passed[name] += ok
             record[name] = {"passed": ok, "tokens": len(path.token_ids), "text": text}
-            if name in ("oracle", "control"):
+            if name != "base" and name != "rl":
                 record[name]["edits"] = path.edits
+            if name in gates:
+                record[name]["gated"] = path.touched  # completion indices above the gate
         base_path = runs["base"][k]
         record["reranked"] = base_path.classes.count(RERANKED)
         record["shifted"] = base_path.classes.count(SHIFTED)
@@ -432,21 +472,42 @@ def analyze_shift(
     classes = [c for p in base_paths for c in p.classes]
     entropy = [e for p in base_paths for e in p.entropy]
     summary = summarize_positions(classes, [r for p in base_paths for r in p.rank], entropy)
-    matches = sum(o.token_ids == r.token_ids for o, r in zip(runs["oracle"], runs["rl"], strict=True))
     config = {"tasks": len(tasks), "max_new_tokens": max_new_tokens, "batch_size": batch_size, "top_k": top_k,
-              "control_top": control_top, "seed": seed, "pass_threshold": pass_threshold}  # fmt: skip
+              "control_top": control_top, "seed": seed, "gate_taus": taus,
+              "pass_threshold": pass_threshold}  # fmt: skip
+    gated = [
+        {"tau": tau, "accuracy": passed[name] / len(tasks), "gated_rate": _touched_rate(runs[name]),
+         "edit_rate": _edit_rate(runs[name]), "matches_rl": _matches(runs[name], runs["rl"])}
+        for name, tau in gates.items()
+    ]  # fmt: skip
     return ShiftReport(
         summary=summary,
-        accuracy={name: passed[name] / len(tasks) for name in RUNS},
+        accuracy={name: passed[name] / len(tasks) for name in runs},
         oracle_edit_rate=_edit_rate(runs["oracle"]),
         control_edit_rate=_edit_rate(runs["control"]),
-        oracle_matches_rl=matches / len(tasks),
+        oracle_matches_rl=_matches(runs["oracle"], runs["rl"]),
         tasks=records,
         position_classes=classes,
         position_entropy=entropy,
         config=config,
         wall_s=time.perf_counter() - start,
+        gated=gated,
     )
+
+
+def _gate_name(tau: float) -> str:
+    """The run name of the gated decode at ``tau``: ``gated@1.4``."""
+    return f"gated@{tau!r}"
+
+
+def _matches(paths: list[_Path], reference: list[_Path]) -> float:
+    """Share of tasks whose tokens equal the reference decode's."""
+    return sum(p.token_ids == r.token_ids for p, r in zip(paths, reference, strict=True)) / len(paths)
+
+
+def _touched_rate(paths: list[_Path]) -> float | None:
+    tokens = sum(len(p.token_ids) for p in paths)
+    return sum(len(p.touched) for p in paths) / tokens if tokens else None
 
 
 def _edit_rate(paths: list[_Path]) -> float | None:

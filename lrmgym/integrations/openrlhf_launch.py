@@ -177,8 +177,8 @@ def _u(text: str) -> FieldRule:
 _NATIVE_ONLY = "a knob of the native trainer's compute; OpenRLHF's micro batches are backend.*_micro_batch_size"
 FIELDS: dict[str, FieldRule] = {
     # -- the learner: the kind and its advantages
-    "learner.kind": _m("grpo and dapo: a group estimator (learner.adv_estimator); ppo: gae with a critic; ring_zero "
-                       "and reason_maxxer are refused (no OpenRLHF equivalent)"),
+    "learner.kind": _m("grpo and dapo: a group estimator (learner.adv_estimator); ppo: gae with a critic; ring_zero, "
+                       "reason_maxxer and kl_distill are refused (no OpenRLHF equivalent)"),
     "learner.adv_estimator": _m("--algo.advantage.estimator: grpo -> group_norm, dr_grpo -> dr_grpo, rloo -> rloo, "
                                 "reinforce_pp -> reinforce, reinforce_pp_baseline -> reinforce_baseline"),
     "learner.drop_zero_advantage": _i("leaving zero-advantage samples out of the update changes no gradient (the "
@@ -576,6 +576,8 @@ def _check_learner_kind(learner: Any) -> None:
         "train_ppo_ray runs one RL stage with no CISPO loss",
         "reason_maxxer": "ReasonMaxxer is an offline advantage-weighted fine-tune of sampled rollouts on LoRA, not "
         "an on-policy RL loop, and OpenRLHF has none like it",
+        "kl_distill": "KL-LoRA distillation is an offline LoRA fine-tune on a teacher's cached top-k logits, not an "
+        "on-policy RL loop, and OpenRLHF has none like it",
     }
     if kind in reasons:
         raise ConfigError(

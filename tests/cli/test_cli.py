@@ -188,20 +188,24 @@ def test_a_broken_config_yaml_on_resume_is_one_clear_line(tmp_path, text, where)
     assert "is not valid YAML (" in result.output and where in result.output
 
 
-def test_analyze_shift_names_the_merged_model_of_a_reason_maxxer_run(tmp_path):
+@pytest.mark.parametrize(
+    ("kind", "learner"),
+    [("reason_maxxer", ("learner=reason_maxxer",)), ("kl_distill", ("learner=kl_distill", "learner.teacher=tiny"))],
+)
+def test_analyze_shift_names_the_merged_model_of_a_lora_learner_s_run(tmp_path, kind, learner):
     import torch
 
     from lrmgym.configs.resolve import resolve
 
     run = tmp_path / "rm"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text(resolve(("env=math", "learner=reason_maxxer", "policy=tiny")).to_yaml())
+    (run / "config.yaml").write_text(resolve(("env=math", *learner, "policy=tiny")).to_yaml())
     torch.save({"adapter": {}, "step": 4}, run / "checkpoints" / "step_000004.pt")
     result = CliRunner().invoke(cli, ["analyze", "shift", "--base", "tiny", "--rl", str(run), "env=math"])
     assert result.exit_code == 2, result.output
     line = result.output.strip().splitlines()[-1]
     assert line == (
-        f"Error: --rl: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; it has no "
+        f"Error: --rl: {str(run)!r} is a {kind} run, whose checkpoints hold only its LoRA adapter; it has no "
         f"merged model ({run / 'merged'}): train it with learner.merge=true, then give --rl {run / 'merged'}."
     )
     (run / "merged").mkdir()
@@ -209,7 +213,7 @@ def test_analyze_shift_names_the_merged_model_of_a_reason_maxxer_run(tmp_path):
     result = CliRunner().invoke(cli, ["analyze", "shift", "--base", "tiny", "--rl", str(run), "env=math"])
     line = result.output.strip().splitlines()[-1]
     assert line == (
-        f"Error: --rl: {str(run)!r} is a reason_maxxer run, whose checkpoints hold only its LoRA adapter; give its "
+        f"Error: --rl: {str(run)!r} is a {kind} run, whose checkpoints hold only its LoRA adapter; give its "
         f"merged model: --rl {run / 'merged'}."
     )
 

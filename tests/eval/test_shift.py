@@ -199,6 +199,12 @@ def test_cli_errors(args, message):
     assert result.output.strip().splitlines()[-1] == message
 
 
+def test_cli_refuses_a_negative_gate_tau():
+    result = invoke("analyze", "shift", "--base", "tiny", "--rl", "tiny", "--gate-tau", "-1")
+    assert result.exit_code == 2
+    assert "Invalid value for '--gate-tau': -1.0 is not in the range 0.0<=x<=1000000.0." in result.output
+
+
 def test_cli_refuses_a_folder_that_is_neither_a_model_nor_a_run(tmp_path):
     result = invoke("analyze", "shift", "--base", "tiny", "--rl", str(tmp_path))
     assert result.exit_code == 2
@@ -211,10 +217,12 @@ def test_cli_refuses_a_folder_that_is_neither_a_model_nor_a_run(tmp_path):
 def test_cli_tiny_against_itself_writes_json_and_plot(tmp_path):
     out = tmp_path / "shift"
     args = ["--base", "tiny", "--rl", "tiny", "--tasks", "2", "--max-new-tokens", "6", "--out", str(out), "env=echo"]
-    result = invoke("analyze", "shift", *args)
+    result = invoke("analyze", "shift", *args, "--gate-tau", "1.4", "--gate-tau", "0.5")
     assert result.exit_code == 0, result.output
-    assert "reranked" in result.output and "oracle" in result.output
+    assert "reranked" in result.output and "oracle" in result.output and "base entropy > 1.4" in result.output
     report = json.loads((out / "shift.json").read_text())
+    assert [g["tau"] for g in report["gated"]] == [1.4, 0.5] and report["config"]["gate_taus"] == [1.4, 0.5]
+    assert all(g["matches_rl"] == 1.0 for g in report["gated"])  # the same model: every gate decodes as it does
     assert report["rates"]["unshifted"] == 1.0 and report["oracle_matches_rl"] == 1.0
     assert report["config"]["base"] == "tiny" and report["config"]["env"]["id"] == "lrmgym/Echo-v0"
     assert (out / "shift.png").read_bytes()[:4] == b"\x89PNG"
@@ -265,9 +273,108 @@ def test_the_control_never_picks_the_base_argmax_and_stays_in_its_top_k():
     rl = base.clone()
     rl[torch.arange(4000), base.argmax(-1)] = -1e9  # the RL model disagrees everywhere
     stats = classify_positions(base, rl)
-    picks = _control(torch.Generator().manual_seed(1), 8)(base, stats)
+    picks, where = _control(torch.Generator().manual_seed(1), 8)(base, stats)
+    assert bool(where.all())
     top = torch.topk(base, 8, dim=-1).indices
     rank = (top == picks[:, None]).float().argmax(-1)  # 0 = the base's argmax
     assert bool((top == picks[:, None]).any(-1).all())  # always within the base's top 8
     assert int((rank == 0).sum()) == 0
     assert set(rank.tolist()) == set(range(1, 8))  # every other rank is drawn
+
+
+# ------------------------------------------------------------------------------------------------ entropy gate
+class _TableLM(torch.nn.Module):
+    """A causal LM whose next-token logits depend only on the last token: ``table[last]`` (no cache needed)."""
+
+    def __init__(self, table: list[list[float]]) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.tensor(table))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=True, past_key_values=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.table[input_ids], past_key_values=None)
+
+
+NEG = -1e4  # a token the model never picks (finite: no 0 * inf in the entropy)
+# Tokens: 0 the prompt, 1-4 words, 5 EOS. Rows: the logits after that token.
+BASE_TABLE = [
+    [NEG, 0.1, 0.0, NEG, NEG, NEG],  # after the prompt: 1 or 2, nearly a coin (H just under ln 2); base picks 1
+    [NEG, NEG, NEG, 9.0, 0.0, NEG],  # after 1: 3, sure
+    [NEG, NEG, NEG, 0.0, 9.0, NEG],  # after 2: 4, sure (H ~ 1e-3)
+    [NEG, NEG, NEG, NEG, NEG, 0.0],  # after 3: EOS
+    [NEG, NEG, NEG, NEG, NEG, 0.0],  # after 4: EOS
+    [NEG, NEG, NEG, NEG, NEG, 0.0],
+]
+RL_TABLE = [row[:] for row in BASE_TABLE]
+RL_TABLE[0] = [NEG, 0.0, 5.0, NEG, NEG, NEG]  # the RL model picks 2 at the fork
+RL_TABLE[2] = [NEG, NEG, NEG, 5.0, 0.0, NEG]  # and 3 after 2, where the base is sure of 4
+
+
+def _gate_decode(tau: float):
+    from lrmgym.eval.shift import _gated, _lockstep
+
+    base, rl = _TableLM(BASE_TABLE), _TableLM(RL_TABLE)
+    kwargs = {"max_new_tokens": 5, "eos_ids": [5], "pad_id": 5, "top_k": 5}
+    return _lockstep(base, rl, [[0]], _gated(tau), **kwargs)[0]
+
+
+def test_the_gate_substitutes_only_strictly_above_tau_on_hand_made_logits():
+    from lrmgym.eval.shift import _gated
+
+    base = torch.tensor([BASE_TABLE[0], BASE_TABLE[2]])
+    rl = torch.tensor([RL_TABLE[0], RL_TABLE[2]])
+    stats = classify_positions(base, rl)
+    p = torch.softmax(torch.tensor([0.1, 0.0]), -1).tolist()
+    assert stats.entropy[0].item() == pytest.approx(_entropy(p), rel=1e-5)  # 0.6919 nats
+    h = stats.entropy[0].item()
+    below = float(torch.nextafter(torch.tensor(h), torch.tensor(-1.0)))  # the float32 just under H
+    token, where = _gated(h)(base, stats)  # H > H is false: the boundary is not gated (a >= gate would be)
+    assert token.tolist() == [1, 4] and where.tolist() == [False, False]
+    token, where = _gated(below)(base, stats)  # just under H: the fork is gated, the sure position is not
+    assert token.tolist() == [2, 4] and where.tolist() == [True, False]
+    token, where = _gated(0.0)(base, stats)  # every position with any entropy: the RL model's argmax everywhere
+    assert token.tolist() == [2, 3] and where.tolist() == [True, True]
+
+
+def test_the_gated_decode_continues_from_the_corrected_prefix():
+    # Gated at the fork only (tau 0.5): token 2, then the base's own 4 after 2 (its row, not its row after 1), EOS.
+    path = _gate_decode(0.5)
+    assert path.token_ids == [2, 4, 5] and path.touched == [0] and path.edits == 1
+    # The RL model's greedy decode is 2, 3: the sure position (H ~ 1e-3 < 0.5) keeps the base's token.
+    assert _gate_decode(1e-9).token_ids == [2, 3, 5]  # everything with entropy gated: the RL decode
+    path = _gate_decode(0.7)  # above ln 2: nothing gated, the base's decode 1, 3
+    assert path.token_ids == [1, 3, 5] and path.touched == [] and path.edits == 0
+
+
+def test_analyze_shift_reports_each_gate(base_model, tokenizer, echo):
+    env, tasks = echo
+    tasks = tasks[:1]
+    base = _observed(base_model)
+    prompt_ids = tokenizer(tasks[0].prompt)["input_ids"]
+    plain = analyze_shift(base, base, tokenizer, env, tasks, max_new_tokens=10)
+    ids = tokenizer(plain.tasks[0]["base"]["text"])["input_ids"]
+    p = 4
+    with torch.no_grad():
+        ranked = base_model(input_ids=torch.tensor([prompt_ids + ids[:p]])).logits[0, -1].argsort(descending=True)
+    rl = _biased_at(base_model, len(prompt_ids) - 1 + p, int(ranked[1]))
+    report = analyze_shift(base, rl, tokenizer, env, tasks, max_new_tokens=10, gate_taus=[0.0, 1e9, 0.0])
+    assert [g["tau"] for g in report.gated] == [0.0, 1e9]  # each tau once, in order
+    everywhere, nowhere = report.gated
+    task = report.tasks[0]
+    # tau 0: every position gated, so the decode is the RL model's own greedy decode
+    assert task["gated@0.0"]["text"] == task["rl"]["text"] and everywhere["matches_rl"] == 1.0
+    assert everywhere["gated_rate"] == 1.0 and everywhere["edit_rate"] == pytest.approx(1 / task["rl"]["tokens"])
+    assert task["gated@0.0"]["gated"] == list(range(task["rl"]["tokens"]))
+    # an unreachable tau: the base's decode, nothing gated
+    assert task["gated@1000000000.0"]["text"] == task["base"]["text"] and nowhere["matches_rl"] == 0.0
+    assert nowhere["gated_rate"] == 0.0 and nowhere["edit_rate"] == 0.0
+    assert report.accuracy["gated@0.0"] == everywhere["accuracy"] == report.accuracy["rl"]
+    assert json.loads(json.dumps(report.to_dict()))["gated"][0]["tau"] == 0.0
+
+
+@pytest.mark.parametrize("tau", [-0.1, float("nan"), float("inf")])
+def test_a_gate_tau_that_is_no_entropy_is_refused(base_model, tokenizer, echo, tau):
+    env, tasks = echo
+    with pytest.raises(ValueError, match=r"^gate tau .* is not a finite entropy in nats"):
+        analyze_shift(base_model, base_model, tokenizer, env, tasks, max_new_tokens=2, gate_taus=[tau])

@@ -292,10 +292,14 @@ def test_unmappable_options_are_refused_by_name(tokens, named):
          "runs one RL stage with no CISPO loss"),
         ("reason_maxxer", "ReasonMaxxer is an offline advantage-weighted fine-tune of sampled rollouts on LoRA, not an "
          "on-policy RL loop, and OpenRLHF has none like it"),
+        ("kl_distill learner.teacher=tiny", "KL-LoRA distillation is an offline LoRA fine-tune on a teacher's cached "
+         "top-k logits, not an on-policy RL loop, and OpenRLHF has none like it"),
     ],
 )  # fmt: skip
 def test_learners_without_an_openrlhf_equivalent_are_refused(learner, why):
-    message = refusal(f"learner={learner}", base=("env=math", "backend=openrlhf", f"policy.model={MODEL}", "policy=hf"))
+    learner, *extra = learner.split()
+    base = ("env=math", "backend=openrlhf", f"policy.model={MODEL}", "policy=hf")
+    message = refusal(f"learner={learner}", *extra, base=base)
     assert message == f"learner.kind='{learner}': {why}; train it with the native backend (backend=native)."
 
 

@@ -9,7 +9,7 @@ from learner_helpers import register_test_env, run_config
 
 import lrmgym.compose as compose
 from lrmgym.compose import train
-from lrmgym.configs.resolve import list_presets, load_preset, resolve
+from lrmgym.configs.resolve import ConfigError, list_presets, load_preset, resolve
 from lrmgym.core import Verdict
 
 register_test_env()
@@ -28,15 +28,23 @@ VARIANTS = {
 """Per variant, the keys whose values differ from grpo.yaml (papers.md §4), and those values."""
 
 
+REQUIRED = {"kl_distill": ("learner.teacher=tiny",)}
+"""Presets that leave a key to the user (the model to distil from): resolved with it given."""
+
+
 @pytest.mark.parametrize("name", list_presets("learner"))
 def test_every_learner_preset_resolves(name):
-    cfg = resolve((*BASE, f"learner={name}"))
+    given = REQUIRED.get(name, ())
+    if given:  # without it, the error names the key to set
+        with pytest.raises(ConfigError, match=rf"^{given[0].split('=')[0]}: missing required key"):
+            resolve((*BASE, f"learner={name}"))
+    cfg = resolve((*BASE, f"learner={name}", *given))
     assert cfg.learner.kind == load_preset("learner", name)["kind"]
     if cfg.learner.kind == "ring_zero":  # a staged learner: the steps are each stage's
         again = resolve((*BASE, f"learner={name}", "learner.rl1.steps=7"))
         assert again.learner.rl1.steps == 7
         return
-    again = resolve((*BASE, f"learner={name}", "learner.steps=7"))  # and takes overrides like any preset
+    again = resolve((*BASE, f"learner={name}", *given, "learner.steps=7"))  # and takes overrides like any preset
     assert again.learner.steps == 7
 
 

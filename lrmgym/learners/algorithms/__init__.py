@@ -1,5 +1,6 @@
 """The learning algorithms: advantage estimators, policy losses, and the learners built from them.
 
-GRPO, DAPO, PPO, SFT/distillation, Ring-Zero, ReasonMaxxer. Each runs on :mod:`lrmgym.learners.engine`.
+GRPO, DAPO, PPO, SFT/distillation, Ring-Zero, ReasonMaxxer, KL-LoRA distillation (kl_distill). Each runs on
+:mod:`lrmgym.learners.engine`.
 Submodules are imported on demand.
 """

@@ -125,7 +125,7 @@ class ReasonMaxxer(ReasonMaxxerData):
             )
         self.loop.cfg = cfg = self.cfg = cfg.for_data(len(self.rows))
         self.batches_per_epoch = math.ceil(len(self.rows) / cfg.batch_size)
-        self.model = _with_lora(self.policy, cfg, derived_seed(ctx.seed, _LORA))
+        self.model = _with_lora(self.policy, cfg, derived_seed(ctx.seed, _LORA), self.name)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = adamw(self.params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
@@ -315,12 +315,14 @@ class ReasonMaxxer(ReasonMaxxerData):
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _with_lora(policy: Any, cfg: ReasonMaxxerConfig, seed: int) -> Any:
+def _with_lora(policy: Any, cfg: Any, seed: int, name: str = "reason_maxxer") -> Any:
     """The policy's model wrapped in a fresh LoRA adapter (seeded init), set as ``policy.model``.
 
+    ``cfg`` holds ``lora_r``, ``lora_alpha``, ``lora_dropout`` and ``lora_targets``; ``name`` is the learner's.
     A model that is a peft model already (``policy.lora``) is used as it is, if its adapter is still untrained:
     the base the loss anchors to is the model with its adapter disabled, which for a trained adapter
-    (``policy.adapter``) would not be the model rollouts were sampled from.
+    (``policy.adapter``) would not be the model rollouts were sampled from (and a distilled student would not
+    start from the base).
     """
     from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -328,12 +330,12 @@ def _with_lora(policy: Any, cfg: ReasonMaxxerConfig, seed: int) -> Any:
     if isinstance(model, PeftModel):
         if any(bool(p.abs().max() > 0) for n, p in model.named_parameters() if "lora_B" in n):
             raise ValueError(
-                "learner=reason_maxxer anchors to the model with its adapter disabled, but the policy's adapter is "
-                "already trained (policy.adapter), so that is not the model the rollouts come from. Merge the "
-                "adapter into the model first (e.g. a run's merged/ folder) and train a fresh one on it."
+                f"learner={name} trains a fresh adapter on the base, but the policy's adapter is already trained "
+                "(policy.adapter), so the model with it disabled is not the base. Merge the adapter into the model "
+                "first (e.g. a run's merged/ folder) and train a fresh one on it."
             )
         print(
-            "reason_maxxer: the policy has a fresh LoRA adapter already (policy.lora); training that one, so the "
+            f"{name}: the policy has a fresh LoRA adapter already (policy.lora); training that one, so the "
             "learner's lora_* options are not used.",
             flush=True,
         )

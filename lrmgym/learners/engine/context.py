@@ -35,6 +35,10 @@ class RunContext:
         model_commands: ``run_dir -> {"eval": ..., "export": ..., "eval_export": ...}``, the commands that
             evaluate and export the trained model, for the run's summary (:func:`lrmgym.runs.model_commands`,
             given by the composition root); ``None``: the summary has none.
+        load_model: ``(name, option) -> policy``: loads a model a learner's option names (a model folder, a run
+            directory of ``lrmgym run``, tiny), in eval mode; a bad name raises a one-line ``ValueError`` that
+            starts with ``option`` (:func:`lrmgym.compose.load_named_model`, given by the composition root).
+            ``None``: the run cannot load other models (``learner=kl_distill`` needs it for its teacher).
     """
 
     env: Any
@@ -47,6 +51,7 @@ class RunContext:
     config: Any = None
     report_to: tuple[str, ...] = ()
     model_commands: Callable[[Path], dict[str, str]] | None = None
+    load_model: Callable[[str, str], Any] | None = None
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
