@@ -138,3 +138,12 @@ def test_num_problems_must_be_positive():
     with pytest.raises(ValidationError, match="num_problems"):
         TestbedConfig(num_problems=0)
     assert TestbedConfig().num_problems is None
+
+
+def test_num_problems_bounds_the_training_split_only():
+    # An evaluation rebuilds the env with split=test and every other option kept: its tasks must stay distinct
+    # however many it asks for, so held-out figures never count a problem twice.
+    held_out = TestbedEnv(num_problems=3, split="test")
+    ids = [held_out.task_at(i, seed=0).id for i in range(12)]
+    assert len(set(ids)) == 12
+    assert ids == [TestbedEnv(split="test").task_at(i, seed=0).id for i in range(12)]
