@@ -92,6 +92,18 @@ def curve_mean(run: RunResult) -> float:
     return statistics.fmean(vals) if vals else math.nan
 
 
+def censored(reached: dict[int, int | None], seed: int, steps: int) -> str:
+    """A run's steps to the target: the step, ``>steps`` when never reached, blank when the seed has no run."""
+    if seed not in reached:
+        return ""
+    return f">{steps}" if reached[seed] is None else str(reached[seed])
+
+
+def generations_until(run: RunResult, step: int) -> float:
+    """Completions the run sampled in its first ``step`` optimiser steps (DAPO's extra rounds included)."""
+    return float(sum(m.get("generations", 0) for m in run.metrics if m["step"] <= step))
+
+
 def series_mean(runs: list[RunResult], key: str) -> tuple[list[float], list[float]]:
     """Per seed: the mean of a per-step metric, and its four quarter means averaged over seeds."""
     per_seed = [statistics.fmean(r.series(key)) for r in runs if r.series(key)]
@@ -139,19 +151,21 @@ def report(args: argparse.Namespace, runs: dict[str, list[RunResult]], loads: di
         "budget). `paired` uses the same seed's RLVR final accuracy as that seed's target.",
         "",
         "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " | reached | mean steps (reaching runs) | "
-        "paired: " + " | ".join(f"seed {s}" for s in seeds) + " |",
-        "|---|" + "---|" * (2 * len(seeds) + 2),
+        "mean generations (reaching runs) | paired: " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|" + "---|" * (2 * len(seeds) + 3),
     ]  # fmt: skip
     reach: dict[str, dict[int, int | None]] = {}
     for a in arms:
         reach[a] = {r.seed: r.first_reaching(target) for r in runs[a]}
         paired = {r.seed: r.first_reaching(base[r.seed].final[0]) if r.seed in base else None for r in runs[a]}
         hit = [s for s in reach[a].values() if s is not None]
-        cells = [str(reach[a].get(s)) if reach[a].get(s) is not None else f">{args.steps}" for s in seeds]
-        pcells = [str(paired.get(s)) if paired.get(s) is not None else f">{args.steps}" for s in seeds]
+        cells = [censored(reach[a], s, args.steps) for s in seeds]
+        pcells = [censored(paired, s, args.steps) for s in seeds]
         mean_txt = f"{statistics.fmean(hit):.1f}" if hit else "-"
+        spent = [generations_until(r, reach[a][r.seed]) for r in runs[a] if reach[a][r.seed] is not None]
+        gen_txt = f"{statistics.fmean(spent):.0f}" if spent else "-"
         out.append(f"| {LABELS[a]} | " + " | ".join(cells) + f" | {len(hit)}/{len(runs[a])} | {mean_txt} | "
-                   + " | ".join(pcells) + " |")  # fmt: skip
+                   f"{gen_txt} | " + " | ".join(pcells) + " |")  # fmt: skip
     rlvr_hit = [reach["rlvr"][s] for s in seeds if reach["rlvr"].get(s) is not None]
     out.append("")
     start = mean_or_nan([r.curve[0][1] for r in runs["rlvr"] if r.curve and r.curve[0][0] == 0])
