@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pydantic
 import pytest
 
@@ -46,3 +48,15 @@ def test_it_is_a_judge_kind_and_replaces_the_reward_on_every_group():
     assert verdicts[0].score == pytest.approx(1.0) and verdicts[1].score == 0.0
     with pytest.raises(pydantic.ValidationError, match="extra"):
         RulePointwiseJudgeConfig(criteria=["first_error"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1+" * 200_000 + "1=2", "=" * 500_000, "9" * 100_000 + "+1=1", "<answer>" + "9" * 5000 + "</answer>",
+     "<think>12-3=9;" * 20_000 + "</think><answer>1e999</answer>"],
+)  # fmt: skip
+def test_hostile_traces_get_a_bounded_score_quickly(text):
+    start = time.perf_counter()
+    comp = RulePointwiseJudge().score(CHAIN, Completion(text), Verdict(score=0.0))
+    assert 0.0 <= comp.score <= 1.0
+    assert time.perf_counter() - start < 2.0
