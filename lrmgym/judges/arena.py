@@ -486,7 +486,9 @@ class ArenaJudgeConfig(JudgeConfigBase):
     num_anchors: int = Field(3, ge=1, le=64)
     """Anchors per trace (3: best, median and worst of the pool under the current strengths)."""
     pool: Literal["group", "prompt"] = "group"
-    """group: anchors from the group's earlier traces; prompt: a pool per prompt kept across steps."""
+    """group: anchors from the group's earlier traces; prompt: a pool per prompt kept across steps (in memory: a
+    resumed run starts with empty pools). Prompts recur only over a finite training set (env.num_problems on the
+    testbed)."""
     pool_keep: PoolKeep = "recent"
     """With pool: prompt, the traces each prompt's pool keeps: recent (the newest pool_size) or best (verifier-correct
     first, then the strongest under the pool's Bradley-Terry fit, ties to the newer): strong anchors across steps."""
