@@ -71,14 +71,19 @@ def run_overrides(args: argparse.Namespace, method: str, seed: int) -> list[str]
     return over + list(args.override)
 
 
-def run_one(args: argparse.Namespace, method: str, seed: int) -> Path:
-    """Run one (method, seed) through the CLI unless its summary exists; returns the run folder."""
+def run_one(args: argparse.Namespace, method: str, seed: int, overrides: list[str] | None = None) -> Path:
+    """Run one (method, seed) through the CLI unless its summary exists; returns the run folder.
+
+    ``overrides``: the run's ``lrmgym run`` overrides (default: :func:`run_overrides`), for harnesses that
+    reuse this one with other methods.
+    """
     run_dir = Path(args.workdir) / f"{method}-seed{seed}"
     if (run_dir / "summary.json").is_file() and finished(run_dir):
         return run_dir
     if run_dir.exists():  # an interrupted run: start it over (a resume would need its checkpoints)
         shutil.rmtree(run_dir)
-    cmd = [sys.executable, "-m", "lrmgym.cli.main", "run", *run_overrides(args, method, seed)]
+    over = run_overrides(args, method, seed) if overrides is None else overrides
+    cmd = [sys.executable, "-m", "lrmgym.cli.main", "run", *over]
     log = Path(args.workdir) / f"{method}-seed{seed}.log"
     start = time.perf_counter()
     with log.open("w") as fh:

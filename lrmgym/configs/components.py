@@ -27,6 +27,7 @@ COMPONENTS: dict[str, dict[str, str]] = {
         "llm_pointwise": "lrmgym.judges.llm:PointwiseJudgeConfig",
         "llm_pairwise": "lrmgym.judges.llm:PairwiseJudgeConfig",
         "rule_pairwise": "lrmgym.judges.pairwise_rule:RulePairwiseJudgeConfig",
+        "rule_pointwise": "lrmgym.judges.pointwise_rule:RulePointwiseJudgeConfig",
         "arena": "lrmgym.judges.arena:ArenaJudgeConfig",
     },
     "backend": {

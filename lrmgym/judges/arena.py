@@ -20,7 +20,9 @@ Groups with mixed verifiable rewards keep them. The first trace of a group meets
 trace, then up to K each: at most 3G - 6 judge calls per group for K = 3 (G >= 3), every call counted.
 
 Options: ``tournament="round_robin"`` (every pair: the ArenaRL-style full tournament ablation),
-``pool="prompt"`` (a pool kept across steps per prompt, so anchors evolve over training), ``num_anchors``,
+``pool="prompt"`` (a pool kept across steps per prompt, so anchors evolve over training) with ``pool_keep``
+(``recent``: the newest traces; ``best``: the paper's reading of a pool of high-quality traces, verifier-correct
+first, then the strongest), ``num_anchors``,
 ``both_orders``, ``route_when`` (which groups go to the tournament), ``audit_pairs`` (judge a few
 correct-vs-wrong pairs of the mixed groups that were not routed, to measure the judge's agreement with the
 verifier).
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lrmgym.core import Completion, Component, Task, Verdict
 from lrmgym.judges.base import BaseJudge, JudgeConfigBase, PairwiseJudge, both_orders
@@ -73,21 +75,53 @@ def select_anchors(strengths: np.ndarray, k: int) -> list[int]:
     return list(dict.fromkeys(picked))
 
 
+PoolKeep = Literal["recent", "best"]
+
+
+def pool_keep_error(pool: str, pool_keep: str) -> str | None:
+    """The one-line error for a ``pool_keep`` that cannot apply to ``pool`` (None: the pair is valid)."""
+    if pool_keep not in ("recent", "best"):
+        return f"pool_keep must be 'recent' or 'best', got {pool_keep!r}."
+    if pool_keep == "best" and pool != "prompt":
+        return (
+            f"pool_keep='best' keeps traces across steps and needs pool='prompt', got pool={pool!r}; set pool: "
+            "prompt (judge.arena.pool=prompt) or leave pool_keep at 'recent'."
+        )
+    return None
+
+
 @dataclass
 class _Pool:
-    """Traces of one prompt and their comparisons (node indices into ``members``)."""
+    """Traces of one prompt, their comparisons (node indices into ``members``) and verifier correctness."""
 
     members: list[Completion] = field(default_factory=list)
     comparisons: list[tuple[int, int, float]] = field(default_factory=list)
     strengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    correct: list[bool] = field(default_factory=list)
 
-    def trimmed(self, size: int) -> _Pool:
-        """Keep the ``size`` most recent members and the comparisons among them."""
-        drop = max(0, len(self.members) - size)
-        if drop == 0:
+    def __post_init__(self) -> None:
+        if len(self.correct) != len(self.members):  # a pool built without verdicts: none counts as correct
+            self.correct = [False] * len(self.members)
+
+    def trimmed(self, size: int, keep: PoolKeep = "recent") -> _Pool:
+        """At most ``size`` members and the comparisons among them (the pool itself when it has no more).
+
+        ``recent`` keeps the newest members; ``best`` the verifier-correct ones first, then the highest
+        strengths of the current fit, a tie going to the newer member. Kept members stay in pool order.
+        """
+        if len(self.members) <= size:
             return self
-        comps = [(i - drop, j - drop, y) for i, j, y in self.comparisons if i >= drop and j >= drop]
-        return _Pool(self.members[drop:], comps, self.strengths[drop:].copy())
+        n = len(self.members)
+        if keep == "best":
+            ranked = sorted(range(n), key=lambda i: (self.correct[i], float(self.strengths[i]), i), reverse=True)
+            kept = sorted(ranked[:size])
+        else:
+            kept = list(range(n - size, n))
+        new = {old: k for k, old in enumerate(kept)}
+        comps = [(new[i], new[j], y) for i, j, y in self.comparisons if i in new and j in new]
+        return _Pool(
+            [self.members[i] for i in kept], comps, self.strengths[kept].copy(), [self.correct[i] for i in kept]
+        )
 
 
 _METRIC_KEYS = (
@@ -130,7 +164,12 @@ class ArenaJudge(BaseJudge):
             trace meets every earlier one: the full-tournament ablation).
         num_anchors: K, the anchors per trace.
         pool: ``group`` (anchors come from the group's earlier traces) or ``prompt`` (a pool per prompt kept
-            across steps, at most ``pool_size`` recent traces, for at most ``max_prompts`` prompts).
+            across steps, at most ``pool_size`` traces, for at most ``max_prompts`` prompts).
+        pool_keep: With ``pool="prompt"``, which traces the pool keeps after each routed group: ``recent``
+            (the newest) or ``best`` (verifier-correct first, then the strongest under the pool's joint
+            Bradley-Terry fit, ties to the newer): the cross-step anchor pool of strong traces, so a later
+            group of the same prompt meets strong anchors. Only the group's own traces get rewards; the
+            anchors are nodes of the fit.
         pool_size: Traces kept per prompt with ``pool="prompt"``.
         max_prompts: Prompts whose pools are kept (least recently used dropped first).
         both_orders: Judge each pair in both orders (two calls; a flip counts as a tie) instead of one
@@ -155,6 +194,7 @@ class ArenaJudge(BaseJudge):
         tournament: Literal["anchors", "round_robin"] = "anchors",
         num_anchors: int = 3,
         pool: Literal["group", "prompt"] = "group",
+        pool_keep: PoolKeep = "recent",
         pool_size: int = 16,
         max_prompts: int = 10_000,
         both_orders: bool = False,
@@ -174,9 +214,11 @@ class ArenaJudge(BaseJudge):
             )
         if num_anchors < 1:
             raise ValueError(f"num_anchors must be at least 1, got {num_anchors}.")
+        if (error := pool_keep_error(pool, pool_keep)) is not None:
+            raise ValueError(error)
         self.pairwise = pairwise
         self.route_when, self.tournament, self.num_anchors = route_when, tournament, num_anchors
-        self.pool, self.pool_size, self.max_prompts = pool, pool_size, max_prompts
+        self.pool, self.pool_keep, self.pool_size, self.max_prompts = pool, pool_keep, pool_size, max_prompts
         self.both_orders, self.l2, self.reward_scale = both_orders, l2, reward_scale
         self.max_calls_per_group, self.audit_pairs = max_calls_per_group, audit_pairs
         self.workers = workers
@@ -239,8 +281,12 @@ class ArenaJudge(BaseJudge):
         return [run(k) for k in range(len(pairs))]
 
     # ---- the tournament
-    def _tournament(self, task: Task, traces: list[Completion]) -> tuple[np.ndarray, np.ndarray, int, int, int, int]:
+    def _tournament(
+        self, task: Task, traces: list[Completion], correct: list[bool]
+    ) -> tuple[np.ndarray, np.ndarray, int, int, int, int]:
         """The tournament of ``traces``: strengths, unjudged flags, judge calls, failures, comparisons, duplicates.
+
+        ``correct`` holds each trace's verifier correctness (kept with the pool's members for ``pool_keep``).
 
         Strengths and unjudged flags have shape (len(traces),). A trace whose text (see :func:`_trace_key`) is
         already in the pool is not a new node: it takes that node's strength. A trace is unjudged when it was
@@ -248,12 +294,16 @@ class ArenaJudge(BaseJudge):
         """
         with self._lock:
             start = self._pools.get(task.id) if self.pool == "prompt" else None
-        pool = _Pool(list(start.members), list(start.comparisons), start.strengths.copy()) if start else _Pool()
+        pool = (
+            _Pool(list(start.members), list(start.comparisons), start.strengths.copy(), list(start.correct))
+            if start
+            else _Pool()
+        )
         calls = failures = made = duplicates = 0
         current: list[int] = []
         nodes = {_trace_key(m.text): i for i, m in enumerate(pool.members)}
         tried: set[int] = set()  # nodes put to the judge in this group
-        for trace in traces:
+        for trace, ok in zip(traces, correct, strict=True):
             key = _trace_key(trace.text)
             if key in nodes:
                 current.append(nodes[key])
@@ -266,6 +316,7 @@ class ArenaJudge(BaseJudge):
             else:
                 opponents = candidates
             pool.members.append(trace)
+            pool.correct.append(ok)
             pool.strengths = np.append(pool.strengths, 0.0)  # (k + 1,) warm start: the newcomer at 0
             added = False
             if self.max_calls_per_group is not None:
@@ -288,7 +339,7 @@ class ArenaJudge(BaseJudge):
         strengths = pool.strengths[current]
         if self.pool == "prompt":
             with self._lock:
-                self._pools[task.id] = pool.trimmed(self.pool_size)
+                self._pools[task.id] = pool.trimmed(self.pool_size, self.pool_keep)
                 self._pools.move_to_end(task.id)
                 while len(self._pools) > self.max_prompts:
                     self._pools.popitem(last=False)
@@ -336,7 +387,9 @@ class ArenaJudge(BaseJudge):
                    for v in verdicts]  # fmt: skip
         else:
             graded = [k for k, v in enumerate(verdicts) if v.score is not None]
-            beta, unjudged, calls, failures, made, duplicates = self._tournament(task, [completions[k] for k in graded])
+            beta, unjudged, calls, failures, made, duplicates = self._tournament(
+                task, [completions[k] for k in graded], [self._is_correct(verdicts[k]) for k in graded]
+            )
             # A trace whose every comparison failed (it derailed the judge, or the judge is down) earns no rank
             # from the prior: it gets the bottom reward, and the others are normalised among themselves.
             ranked = beta[~unjudged]
@@ -433,9 +486,14 @@ class ArenaJudgeConfig(JudgeConfigBase):
     num_anchors: int = Field(3, ge=1, le=64)
     """Anchors per trace (3: best, median and worst of the pool under the current strengths)."""
     pool: Literal["group", "prompt"] = "group"
-    """group: anchors from the group's earlier traces; prompt: a pool per prompt kept across steps."""
+    """group: anchors from the group's earlier traces; prompt: a pool per prompt kept across steps (in memory: a
+    resumed run starts with empty pools). Prompts recur only over a finite training set (env.num_problems on the
+    testbed)."""
+    pool_keep: PoolKeep = "recent"
+    """With pool: prompt, the traces each prompt's pool keeps: recent (the newest pool_size) or best (verifier-correct
+    first, then the strongest under the pool's Bradley-Terry fit, ties to the newer): strong anchors across steps."""
     pool_size: int = Field(16, ge=1, le=1024)
-    """Most recent traces kept per prompt when pool is prompt."""
+    """Traces kept per prompt when pool is prompt."""
     max_prompts: int = Field(10_000, ge=1)
     """Prompts whose pools are kept when pool is prompt (least recently used dropped first)."""
     both_orders: bool = False
@@ -453,11 +511,18 @@ class ArenaJudgeConfig(JudgeConfigBase):
     seed: int = Field(0, ge=0)
     """Seed of the presentation-order coin flips and the audit's pair choice."""
 
+    @model_validator(mode="after")
+    def _check_pool_keep(self) -> ArenaJudgeConfig:
+        if (error := pool_keep_error(self.pool, self.pool_keep)) is not None:
+            raise ValueError(error)
+        return self
+
     def build(self) -> ArenaJudge:
         """Make the arena and its pairwise judge."""
         return ArenaJudge(
             self.pairwise.build(), route_when=self.route_when, tournament=self.tournament,
-            num_anchors=self.num_anchors, pool=self.pool, pool_size=self.pool_size, max_prompts=self.max_prompts,
+            num_anchors=self.num_anchors, pool=self.pool, pool_keep=self.pool_keep, pool_size=self.pool_size,
+            max_prompts=self.max_prompts,
             both_orders=self.both_orders, l2=self.l2, reward_scale=self.reward_scale,
             max_calls_per_group=self.max_calls_per_group, audit_pairs=self.audit_pairs, workers=self.workers,
             seed=self.seed,

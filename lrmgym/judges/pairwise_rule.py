@@ -12,6 +12,14 @@ separates them deciding:
    then by all their correct steps, then a trace with work and no wrong step beats one with a wrong step.
    Writing nothing earns nothing: an empty or step-free trace ranks with the traces that have no correct
    work (level with an all-wrong trace, below any trace with one correct step), and the later rules decide.
+   ``first_error`` (an alternative to ``arithmetic``, selectable by ``criteria``) compares only where the first
+   wrong step comes: its position is the number of verified steps written before it, and a later first error
+   wins; a trace with some verified work and no wrong step beats any trace with one, however late; a trace that
+   wrote no verified work and no wrong step ranks lowest (so here, unlike ``arithmetic``, a first-step error beats
+   nothing). Two error-free traces tie on it, as do two traces whose first errors sit at the same position. A
+   slip the trace caught itself (the testbed's ``12-3=8;chk 8+3=11 no;12-3=9``) is still an error at its
+   position: the rule does not take the model's own ``no`` on trust, so a trace that never slipped ranks above
+   one that slipped and recovered.
 2. ``distance``: the trace whose final ``<answer>`` is numerically nearer the reference wins (a numeric
    answer beats a missing or non-numeric one).
 3. ``format``: the trace with the strict answer format (one ``<think>`` then one ``<answer>``, nothing after)
@@ -28,7 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field
 
@@ -39,13 +47,16 @@ from lrmgym.judges.rule import FormatJudge
 __all__ = [
     "RulePairwiseJudge",
     "RulePairwiseJudgeConfig",
+    "TraceFacts",
     "check_steps",
+    "first_error_rank",
     "problem_numbers",
     "trace_facts",
     "verified_work",
 ]
 
-Criterion = Literal["arithmetic", "distance", "format"]
+Criterion = Literal["arithmetic", "first_error", "distance", "format"]
+CRITERIA: tuple[str, ...] = ("arithmetic", "first_error", "distance", "format")
 
 _NUM = r"\d{1,30}(?:\.\d{1,30})?"
 _RHS = re.compile(rf"\s*(-?{_NUM})(?![\d.])")
@@ -187,6 +198,28 @@ def verified_work(text: str, given: frozenset[Fraction] | set[Fraction]) -> tupl
     result of an earlier counted step, and an equation already counted is not counted again. A wrong step
     counts wherever its numbers come from.
     """
+    before, total, wrong = _work(text, given)
+    return before, total, wrong == 0 and total > 0
+
+
+def _first_error(before: int, total: int, wrong: int) -> tuple[int, int]:
+    if wrong:
+        return 1, before
+    return (2, 0) if total else (0, 0)
+
+
+def first_error_rank(text: str, given: frozenset[Fraction] | set[Fraction]) -> tuple[int, int]:
+    """The ``first_error`` criterion's rank of a trace (a larger tuple is better).
+
+    ``(2, 0)``: verified work and no wrong step; ``(1, k)``: the first wrong step comes after ``k`` verified
+    steps (a caught slip included); ``(0, 0)``: no verified work and no wrong step (nothing written). Steps are
+    counted as in :func:`verified_work`.
+    """
+    return _first_error(*_work(text, given))
+
+
+def _work(text: str, given: frozenset[Fraction] | set[Fraction]) -> tuple[int, int, int]:
+    """``(verified steps before the first wrong one, verified steps in all, wrong steps)`` (see verified_work)."""
     known = set(given)
     seen: set[tuple[str, Fraction]] = set()
     before = total = wrong = 0
@@ -201,7 +234,7 @@ def verified_work(text: str, given: frozenset[Fraction] | set[Fraction]) -> tupl
         known.add(rhs)
         total += 1
         before += not wrong
-    return before, total, wrong == 0 and total > 0
+    return before, total, wrong
 
 
 def _final_answer(text: str) -> Fraction | None:
@@ -220,15 +253,30 @@ def _final_answer(text: str) -> Fraction | None:
     return value
 
 
+class TraceFacts(NamedTuple):
+    """What the rules know of one trace."""
+
+    work: tuple[int, int, bool]
+    """:func:`verified_work`: steps before the first error, steps in all, error-free with work."""
+    answer: Fraction | None
+    """The final numeric ``<answer>`` (None: missing or not a number)."""
+    strict_format: bool
+    """One ``<think>`` then one ``<answer>``, nothing after."""
+    first_error: tuple[int, int]
+    """:func:`first_error_rank`."""
+
+
 def trace_facts(
     text: str, given: frozenset[Fraction] | set[Fraction] = frozenset(), strict: FormatJudge | None = None
-) -> tuple[tuple[int, int, bool], Fraction | None, bool]:
-    """The facts the rules compare: the verified work, the final numeric answer, and the strict format.
+) -> TraceFacts:
+    """The facts the rules compare: the verified work, the final numeric answer, the strict format, the first error.
 
     The work is :func:`verified_work` against ``given``, the problem's numbers (:func:`problem_numbers`).
     """
     fmt = (strict or FormatJudge("strict")).check(text)[0]
-    return verified_work(text, given), _final_answer(text[-_MAX_TEXT:]), fmt
+    before, total, wrong = _work(text, given)
+    work = (before, total, wrong == 0 and total > 0)
+    return TraceFacts(work, _final_answer(text[-_MAX_TEXT:]), fmt, _first_error(before, total, wrong))
 
 
 def _reference(task: Task) -> Fraction | None:
@@ -251,11 +299,9 @@ class RulePairwiseJudge(PairwiseAsJudge):
         name: str | None = None, weight: float = 1.0,
     ) -> None:  # fmt: skip
         super().__init__(name, weight)
-        unknown = [c for c in criteria if c not in ("arithmetic", "distance", "format")]
+        unknown = [c for c in criteria if c not in CRITERIA]
         if unknown or not criteria:
-            raise ValueError(
-                f"criteria must be a non-empty list of arithmetic, distance, format; got {list(criteria)}."
-            )
+            raise ValueError(f"criteria must be a non-empty list of {', '.join(CRITERIA)}; got {list(criteria)}.")
         self.criteria = tuple(criteria)
         self._strict = FormatJudge("strict")
 
@@ -268,17 +314,19 @@ class RulePairwiseJudge(PairwiseAsJudge):
             return None
         ref = _reference(task)
         for criterion in self.criteria:
-            if criterion == "arithmetic" and a[0] != b[0]:
-                return 1.0 if a[0] > b[0] else 0.0
+            if criterion == "arithmetic" and a.work != b.work:
+                return 1.0 if a.work > b.work else 0.0
+            if criterion == "first_error" and a.first_error != b.first_error:
+                return 1.0 if a.first_error > b.first_error else 0.0
             if criterion == "distance" and ref is not None:
-                da = None if a[1] is None else abs(a[1] - ref)
-                db = None if b[1] is None else abs(b[1] - ref)
+                da = None if a.answer is None else abs(a.answer - ref)
+                db = None if b.answer is None else abs(b.answer - ref)
                 if da != db:
                     if da is None or db is None:
                         return 1.0 if db is None else 0.0
                     return 1.0 if da < db else 0.0
-            if criterion == "format" and a[2] != b[2]:
-                return 1.0 if a[2] else 0.0
+            if criterion == "format" and a.strict_format != b.strict_format:
+                return 1.0 if a.strict_format else 0.0
         return 0.5
 
     def compare(self, task: Task, first: Completion, second: Completion) -> float | None:
@@ -293,7 +341,8 @@ class RulePairwiseJudgeConfig(JudgeConfigBase):
     kind: Literal["rule_pairwise"] = "rule_pairwise"
     """Selects this judge."""
     criteria: list[Criterion] = Field(default_factory=lambda: ["arithmetic", "distance", "format"], min_length=1)
-    """Rules applied in order; the first that separates the two traces decides, else a tie."""
+    """Rules applied in order (arithmetic, first_error, distance, format; see the module docstring); the first that
+    separates the two traces decides, else a tie."""
 
     def build(self) -> RulePairwiseJudge:
         """Make the judge."""

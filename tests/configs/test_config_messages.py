@@ -117,3 +117,14 @@ def test_a_key_of_another_preset_names_the_preset_to_add(tokens, fix):
 
 def test_a_key_no_preset_takes_gets_no_preset_hint():
     assert "needs" not in fail("learner.lrr=1") and "needs" not in fail("policy.zzz=1")
+
+
+def test_arena_pool_keep_best_without_a_prompt_pool_is_one_line_naming_the_fix():
+    assert fail("judge=arena", "judge.arena.pool_keep=best") == (
+        "judge.arena: pool_keep='best' keeps traces across steps and needs pool='prompt', got pool='group'; set "
+        "pool: prompt (judge.arena.pool=prompt) or leave pool_keep at 'recent'."
+    )
+    assert "Did you mean 'first_error'?" in fail("judge=arena", "judge.arena.pairwise.criteria=[first_err]")
+    assert fail("judge=arena", "judge.arena.pool_keep=oldest").startswith(
+        "judge.arena.pool_keep: invalid value 'oldest'; allowed: 'recent' or 'best'."
+    )

@@ -366,3 +366,91 @@ def test_a_pairwise_judge_that_raises_or_answers_out_of_range_fails_those_compar
     scores = dict(zip([5, 0, 9, 4, 1], [c.score for c in out], strict=True))
     assert scores[0] == 0.0 and scores[4] == 0.0 and scores[9] == 1.0 and scores[1] == 0.0 and 0 < scores[5] < 1
     assert arena.pop_metrics()["judge_failures"] == 7  # every pair with the 0 or the 4
+
+
+# ---- pool_keep="best": a cross-step pool of the strongest traces per prompt
+def test_a_best_pool_keeps_correct_then_strongest_not_newest():
+    from lrmgym.judges.arena import _Pool
+
+    members = [Completion(str(v)) for v in range(5)]
+    comps = [(0, 1, 1.0), (1, 0, 0.0)]
+    strengths = np.array([3.0, 0.5, -1.0, 2.0, 0.0])
+    correct = [False, False, True, False, False]
+    pool = _Pool(members, comps, strengths, correct).trimmed(2, keep="best")
+    # Correct first (node 2, weakest but correct), then the strongest wrong one (node 0); kept in pool order.
+    assert [m.text for m in pool.members] == ["0", "2"]
+    assert pool.correct == [False, True] and pool.strengths.tolist() == [3.0, -1.0]
+    assert pool.comparisons == []  # node 1, the other end of the only comparison, was dropped
+    recent = _Pool(members, comps, strengths, correct).trimmed(2, keep="recent")
+    assert [m.text for m in recent.members] == ["3", "4"]
+
+
+def test_a_best_pool_breaks_strength_ties_towards_the_newer_trace_and_keeps_a_full_pool_whole():
+    from lrmgym.judges.arena import _Pool
+
+    members = [Completion(str(v)) for v in range(4)]
+    pool = _Pool(members, [(0, 3, 0.5), (3, 0, 0.5)], np.zeros(4), [False] * 4)
+    assert [m.text for m in pool.trimmed(2, keep="best").members] == ["2", "3"]
+    # Trim only above the size: a pool of exactly pool_size members is kept whole (`<=`, not `<`).
+    assert pool.trimmed(4, keep="best") is pool
+    assert len(pool.trimmed(3, keep="best").members) == 3
+
+
+def test_a_later_group_of_the_same_prompt_meets_the_best_kept_anchors_and_only_it_is_rewarded():
+    judge = ValueJudge()
+    arena = ArenaJudge(judge, pool="prompt", pool_size=2, pool_keep="best")
+    arena.score_group(TASK, *_group([5, 1, 9, 3]))  # step 1: strengths rank 9 > 5 > 3 > 1
+    assert [m.text for m in arena._pools[TASK.id].members] == ["5", "9"]  # the two strongest, not 9 and 3
+    judge.log.clear()
+    out = arena.score_group(TASK, *_group([7, 2]))  # step 2, the same prompt
+    met_by_7 = {a if b == 7 else b for a, b in judge.log[:2]}  # 7 arrives first: it meets the pool only
+    assert met_by_7 == {5, 9} and len(judge.log) == 5  # the kept anchors, not step 1's newest; then 2 meets 3
+    # The fit has the anchors as nodes (4 nodes), but only the group's own two traces get rewards: 7 > 2.
+    assert len(out) == 2 and [c.score for c in out] == [1.0, 0.0]
+    kept = arena._pools[TASK.id]
+    assert sorted(m.text for m in kept.members) == ["7", "9"]
+    comps = [(kept.members[i].text, kept.members[j].text, y) for i, j, y in kept.comparisons]
+    assert ("7", "9", 0.0) in comps and ("9", "7", 1.0) in comps
+
+
+def test_the_bt_fit_of_a_pooled_group_includes_the_anchors_as_nodes():
+    judge = ValueJudge()
+    arena = ArenaJudge(judge, pool="prompt", pool_size=8, pool_keep="best")
+    arena.score_group(TASK, *_group([4, 6]))
+    out = arena.score_group(TASK, *_group([5, 3]))
+    # By hand: nodes 4, 6, 5, 3; comparisons 6>4, 5 meets 6 and 4 (loses, wins), 3 meets 6, 5 and 4 (all lost).
+    # The group's rewards are the joint fit's strengths of 5 and 3, min-max normalised between themselves.
+    pool = arena._pools[TASK.id]
+    index = {m.text: i for i, m in enumerate(pool.members)}
+    fit = fit_bradley_terry(4, pool.comparisons, 1.0)
+    assert fit.strengths[index["5"]] > fit.strengths[index["4"]] > fit.strengths[index["3"]]
+    assert [c.score for c in out] == [1.0, 0.0]
+    assert out[0].raw_score == pytest.approx(fit.strengths[index["5"]], abs=1e-6)
+    assert out[1].raw_score == pytest.approx(fit.strengths[index["3"]], abs=1e-6)
+
+
+def test_a_best_pool_prefers_verifier_correct_traces_across_steps():
+    judge = ValueJudge()
+    arena = ArenaJudge(judge, pool="prompt", pool_size=2, pool_keep="best")
+    arena.score_group(TASK, *_group([1, 2], score=1.0, correct=True))  # an all-correct group
+    arena.score_group(TASK, *_group([8, 9]))  # all wrong, judged stronger
+    assert sorted(m.text for m in arena._pools[TASK.id].members) == ["1", "2"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pool_keep": "best"}, "pool_keep='best' keeps traces across steps and needs pool='prompt'"),
+        ({"pool": "prompt", "pool_keep": "oldest"}, "pool_keep must be 'recent' or 'best', got 'oldest'"),
+    ],
+)
+def test_bad_pool_options_are_one_line_errors(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ArenaJudge(ValueJudge(), **kwargs)
+
+
+def test_the_config_passes_pool_keep_and_refuses_it_without_a_prompt_pool():
+    arena = ArenaJudgeConfig(pool="prompt", pool_keep="best").build()
+    assert arena.pool_keep == "best"
+    with pytest.raises(pydantic.ValidationError, match=re.escape("set pool: prompt")):
+        ArenaJudgeConfig(pool_keep="best")

@@ -14,6 +14,7 @@ from lrmgym.judges.pairwise_rule import (
     RulePairwiseJudgeConfig,
     _evaluate,
     check_steps,
+    first_error_rank,
     problem_numbers,
     verified_work,
 )
@@ -99,9 +100,8 @@ def test_outcomes_are_antisymmetric_over_all_pairs():
 def test_criteria_can_be_chosen():
     assert RulePairwiseJudge(("format",)).compare(TASK, SLIP, FAR) == 0.5
     assert RulePairwiseJudgeConfig(criteria=["distance"]).build().compare(TASK, SLIP, FAR) == 1.0
-    with pytest.raises(
-        ValueError, match=f"^{re.escape('criteria must be a non-empty list of arithmetic, distance, format; got [].')}$"
-    ):
+    expected = "criteria must be a non-empty list of arithmetic, first_error, distance, format; got []."
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         RulePairwiseJudge(())
 
 
@@ -146,3 +146,67 @@ def test_an_empty_trace_does_not_beat_wrong_work_and_loses_to_right_work(first, 
     judge = RulePairwiseJudge()
     assert judge.compare(SUB, first, second) == outcome
     assert judge.compare(SUB, second, first) == 1.0 - outcome
+
+
+# ---- issue 38 item 2: the comparison by first-error position (testbed-style traces)
+CHAIN = Task(id="t/0", prompt="Q:Compute 12-3+4. A:", answer="13")
+CLEAN = Completion("<think>Let 12-3=9;9+4=13</think><answer>13</answer>")  # no error: 2 verified steps
+DIRECT = Completion("<think>So 12-3+4=13</think><answer>13</answer>")  # no error: 1 verified step
+LATE = Completion("<think>Let 12-3=9;9+4=13;13+1=15</think><answer>15</answer>")  # first error after 2 steps
+MIDDLE = Completion("<think>Let 12-3=9;9+4=14</think><answer>14</answer>")  # first error after 1 step
+CAUGHT = Completion("<think>Let 12-3=8;chk 8+3=11 no;12-3=9;9+4=13</think><answer>13</answer>")  # caught slip
+EARLY = Completion("<think>So 12-3+4=14</think><answer>14</answer>")  # first error at once
+BLANK = Completion("<think></think><answer>13</answer>")  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("text", "rank"),
+    [
+        (CLEAN.text, (2, 0)),
+        (DIRECT.text, (2, 0)),
+        (LATE.text, (1, 2)),
+        (MIDDLE.text, (1, 1)),
+        (CAUGHT.text, (1, 0)),  # the slip 12-3=8 is the first step: an error at position 0, caught or not
+        (EARLY.text, (1, 0)),
+        (BLANK.text, (0, 0)),
+        ("<think>Let 5*100=500</think>", (0, 0)),  # an ungrounded correct step is not work: nothing verified
+    ],
+)
+def test_first_error_rank_by_hand(text, rank):
+    assert first_error_rank(text, problem_numbers(CHAIN)) == rank
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "outcome"),
+    [
+        (LATE, MIDDLE, 1.0),  # the later first error wins
+        (MIDDLE, CAUGHT, 1.0),
+        (CAUGHT, EARLY, 0.5),  # both err first at position 0: a tie on this criterion
+        (CAUGHT, BLANK, 1.0),  # nothing written ranks lowest
+        (EARLY, BLANK, 1.0),
+        (DIRECT, LATE, 1.0),  # no error and some work beats any error, however late
+        (CLEAN, DIRECT, 0.5),  # two error-free traces tie on this criterion (the next criterion decides)
+    ],
+)
+def test_first_error_criterion_compares_first_error_positions(first, second, outcome):
+    judge = RulePairwiseJudge(("first_error",))
+    assert judge.compare(CHAIN, first, second) == outcome
+    assert judge.compare(CHAIN, second, first) == 1.0 - outcome
+
+
+def test_first_error_differs_from_arithmetic_where_a_late_error_follows_more_work():
+    # arithmetic ranks by correct steps before the first error first: LATE's 2 beat DIRECT's 1.
+    assert RulePairwiseJudge(("arithmetic",)).compare(CHAIN, LATE, DIRECT) == 1.0
+    # first_error: DIRECT has no error at all, so it wins.
+    assert RulePairwiseJudge(("first_error",)).compare(CHAIN, LATE, DIRECT) == 0.0
+    # arithmetic calls no work against a first-step error a tie (issue 35.10); first_error ranks nothing lowest.
+    assert RulePairwiseJudge(("arithmetic",)).compare(CHAIN, EARLY, BLANK) == 0.5
+    assert RulePairwiseJudgeConfig(criteria=["first_error", "distance"]).build().compare(CHAIN, EARLY, BLANK) == 1.0
+
+
+def test_first_error_then_distance_breaks_ties_among_error_free_traces():
+    near = Completion("<think>So 12-3+4=13</think><answer>12</answer>")
+    judge = RulePairwiseJudge(("first_error", "distance"))
+    assert judge.compare(CHAIN, CLEAN, near) == 1.0
+    for a, b in itertools.permutations([CLEAN, DIRECT, LATE, MIDDLE, CAUGHT, EARLY, BLANK, near], 2):
+        assert judge.compare(CHAIN, a, b) == 1.0 - judge.compare(CHAIN, b, a)

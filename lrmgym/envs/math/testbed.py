@@ -78,6 +78,11 @@ class TestbedConfig(BaseModel):
     """Hard wall-clock bound of one answer check, in seconds."""
     max_answer_chars: int = Field(1000, ge=1, le=100_000)
     """Extracted answers longer than this are incorrect without being parsed."""
+    num_problems: int | None = Field(None, ge=1)
+    """A finite training set: on the train split, task i of a stream is task i mod num_problems, so each prompt
+    recurs every num_problems positions (what a cross-step per-prompt pool, e.g. judge.arena.pool=prompt, needs).
+    The test split stays unbounded (a held-out evaluation, which rebuilds the env with split=test, never counts a
+    problem twice). None: every position draws a new problem."""
 
     @model_validator(mode="after")
     def _check_ops(self) -> TestbedConfig:
@@ -197,6 +202,13 @@ class TestbedEnv(MathEnv):
         TextEnv.__init__(self, **kwargs)  # the config only: MathEnv's would look for a data set
         self.max_turns = self.config.max_turns
         self._items = None
+
+    def task_at(self, index: int, seed: int | None = None) -> Task:
+        """Task ``index`` of stream ``seed``; on the train split with ``num_problems``, task ``index mod n``."""
+        n = self.config.num_problems if self.config.split == "train" else None
+        if n is not None and isinstance(index, (int, np.integer)) and not isinstance(index, bool) and index >= 0:
+            index = int(index) % n
+        return super().task_at(index, seed)
 
     def make_task(self, index: int, rng: np.random.Generator) -> Task:
         """Task ``index``: a chain, then (independently of it) its solution's style, re-checks and slips."""

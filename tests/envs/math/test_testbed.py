@@ -119,3 +119,31 @@ def test_the_training_mixture_has_all_lengths_and_both_styles():
     assert np.percentile([len(t.metadata["solution"]) for t in tasks], 90) > 2 * np.percentile(
         [len(t.metadata["solution"]) for t in tasks], 10
     )
+
+
+def test_num_problems_makes_a_finite_set_whose_prompts_recur():
+    bounded = TestbedEnv(num_problems=3)
+    unbounded = TestbedEnv()
+    ids = [bounded.task_at(i, seed=5).id for i in range(9)]
+    assert ids[:3] == ids[3:6] == ids[6:9]  # task i is task i mod 3: each prompt recurs every 3 positions
+    assert len(set(ids)) == 3
+    # The first num_problems tasks are the unbounded stream's, so a held-out evaluation of at most that many
+    # tasks is unchanged.
+    assert ids[:3] == [unbounded.task_at(i, seed=5).id for i in range(3)]
+    assert bounded.task_at(4, seed=5).metadata == bounded.task_at(1, seed=5).metadata
+    assert TestbedEnv(num_problems=1).task_at(7, seed=0).id == TestbedEnv().task_at(0, seed=0).id
+
+
+def test_num_problems_must_be_positive():
+    with pytest.raises(ValidationError, match="num_problems"):
+        TestbedConfig(num_problems=0)
+    assert TestbedConfig().num_problems is None
+
+
+def test_num_problems_bounds_the_training_split_only():
+    # An evaluation rebuilds the env with split=test and every other option kept: its tasks must stay distinct
+    # however many it asks for, so held-out figures never count a problem twice.
+    held_out = TestbedEnv(num_problems=3, split="test")
+    ids = [held_out.task_at(i, seed=0).id for i in range(12)]
+    assert len(set(ids)) == 12
+    assert ids == [TestbedEnv(split="test").task_at(i, seed=0).id for i in range(12)]
