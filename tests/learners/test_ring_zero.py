@@ -211,7 +211,7 @@ def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tm
     for key in ("train_infer/logp_abs_diff", "entropy", "length/mean", "format_ok_frac", "all_failed_frac",
                 "clip_frac", "kl_ref", "window"):  # fmt: skip
         assert key in rl1[0], key
-    assert rl1[0]["window"] == 24  # the response window's first budget
+    assert rl1[0]["window"] == 28  # the first window ("auto"): the longest reference of env=math, not 24
     traces = (tmp_path / "stages/01-rl1/traces.jsonl").read_text().splitlines()
     assert traces and summary["stages"][0]["outputs"]["traces"] == len(traces)
     rl3 = _lines(tmp_path / "stages/04-rl3/metrics.jsonl")

@@ -43,6 +43,7 @@ from lrmgym.learners.algorithms.distill import (
 )
 from lrmgym.learners.algorithms.ring_zero_config import RingZeroRLConfig, RL1Config, RL2Config, RL3Config, TierConfig
 from lrmgym.learners.algorithms.ring_zero_rl import RingZeroRL, after_answer, with_tier
+from lrmgym.learners.algorithms.ring_zero_window import fit_window
 from lrmgym.learners.engine.common import derived_seed
 from lrmgym.learners.engine.context import RunContext
 from lrmgym.learners.engine.loop import Loop
@@ -131,6 +132,7 @@ class _RLStage:
     def __init__(self, name: str, cfg: RingZeroRLConfig) -> None:
         self.name, self.cfg = name, cfg
         self.algorithm: RingZeroRL | None = None
+        self.window: dict[str, Any] = {}  # fit_window's findings: the first budget against the references
 
     def build(self, run: StagedRun, ctx: RunContext) -> Loop:
         cfg = self.cfg
@@ -141,6 +143,8 @@ class _RLStage:
                 make_env=make_env if ctx.make_env is not None else None,
             )  # fmt: skip
         stream = derived_seed(run.ctx.seed, _TRAIN_STREAM) if cfg.task_stream == "first" else None
+        seed = stream if stream is not None else derived_seed(ctx.seed, _TRAIN_STREAM)
+        cfg, self.window = fit_window(cfg, ctx.env, ctx.policy.tokenizer, seed, self.name)
         self.algorithm = RingZeroRL(cfg, self.name, known=known_lengths(run), stream_seed=stream)
         return Loop(ctx, cfg, self.algorithm)
 
@@ -149,7 +153,8 @@ class _RLStage:
         traces = sorted(self.algorithm.traces.values(), key=lambda t: t.task_id)
         write_traces(ctx.run_dir / TRACES_FILE, traces)
         mean = sum(t.tokens for t in traces) / len(traces) if traces else None
-        out: dict[str, Any] = {"traces": len(traces), "trace_tokens_mean": mean, "notes": {"traces": len(traces)}}
+        out: dict[str, Any] = {"traces": len(traces), "trace_tokens_mean": mean, "window": self.window,
+                               "notes": {"traces": len(traces), "window": self.window.get("window")}}  # fmt: skip
         if self.algorithm.tiers and getattr(self.cfg, "eval_tiers", False):
             out["tiers"] = tiers = {}
             for tier in self.algorithm.tiers:

@@ -61,9 +61,13 @@ class RingZeroRLConfig(GRPOConfig):
 class RL1Config(RingZeroRLConfig):
     """RL-1 (papers.md 3.2): clipped IS with ratio correction, token-level loss, k3 KL, the response window."""
 
-    window_start: int | None = Field(24, ge=1, le=1_000_000)
+    window_start: int | Literal["auto"] | None = Field("auto")
     """The response window's first token budget, doubled every window_every_steps up to max_new_tokens (the
-    paper: 4k -> 64k every 800 steps; 24 -> 48 for the tiny model, whose answers take 15-35 tokens)."""
+    paper: 4k -> 64k every 800 steps). "auto": the longest reference solution (tokens, EOS included) among the
+    tasks the first window sees (up to 2048 of them, lrmgym/learners/algorithms/ring_zero_window.py), so that it
+    cuts no task the model could solve as its references do; max_new_tokens when the env has no references. A
+    number below that longest reference is run as given, with a warning naming how many tasks it cuts. None:
+    max_new_tokens throughout."""
     window_every_steps: int = Field(150, ge=1)
     """Steps between doublings of the response window."""
 
