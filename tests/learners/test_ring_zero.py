@@ -299,3 +299,47 @@ def test_a_staged_run_holds_its_directory_lock_through_every_stage(tmp_path, mon
         "02-rl2": (True, False),  # one lock, the run directory's; none in a stage folder
     }
     assert not (tmp_path / "run.lock").exists()
+
+
+# --------------------------------------------------------------------------------------------------- tier markers
+def _tier_rollouts(marker, monkeypatch):
+    """The (prompt, cap) of every task one RL-3 step samples, with tier_marker=``marker``."""
+    from types import SimpleNamespace
+
+    from lrmgym.learners.algorithms import ring_zero_rl
+
+    seen = []
+
+    def fake_rollout(env, policy, tasks, g, sampling, turns):
+        seen.extend((t.prompt, sampling.max_new_tokens) for t in tasks)
+        return Rollout([[] for _ in tasks], [[] for _ in tasks], 0.0, 0.0)
+
+    monkeypatch.setattr(ring_zero_rl, "rollout", fake_rollout)
+    algo = RingZeroRL(RL3Config(async_rollouts=False, tier_marker=marker), "rl3", known={"a": 10, "b": 25})
+    algo.loop = SimpleNamespace(step=0, ctx=SimpleNamespace(seed=1))
+    algo.env = algo.policy = None
+    algo.turns, algo.data_pos = 1, 0
+    algo._tasks = lambda pos: [Task("a", "Q:1+1. A:"), Task("b", "Q:9+9. A:"), Task("c", "Q:3+4. A:")]
+    algo._collect_tiers()
+    return sorted(seen, key=lambda x: x[0][-9:])
+
+
+def test_cap_tiers_keep_the_models_own_prompt_and_set_only_the_cap(monkeypatch):
+    assert RL3Config(async_rollouts=False).tier_marker == "cap"  # in distribution by default
+    assert _tier_rollouts("cap", monkeypatch) == [("Q:1+1. A:", 18), ("Q:3+4. A:", 48), ("Q:9+9. A:", 28)]
+    algo = RingZeroRL(RL3Config(async_rollouts=False), "rl3")
+    assert algo.tiered(Task("a", "Q:1. A:"), algo.tiers[0]).prompt == "Q:1. A:"  # the per-tier evaluation too
+
+
+def test_prompt_tiers_still_put_the_tier_prompt_first(monkeypatch):
+    low, medium, high = (t.text() for t in RL3Config(async_rollouts=False).tiers)
+    assert _tier_rollouts("prompt", monkeypatch) == [
+        (low + "Q:1+1. A:", 18), (high + "Q:3+4. A:", 48), (medium + "Q:9+9. A:", 28),
+    ]  # fmt: skip
+
+
+def test_the_preset_tiers_by_cap_and_takes_the_old_marker():
+    assert resolve(BASE).learner.rl3.tier_marker == "cap"
+    assert resolve((*BASE, "learner.rl3.tier_marker=prompt")).learner.rl3.tier_marker == "prompt"
+    with pytest.raises(ConfigError, match="tier_marker"):
+        resolve((*BASE, "learner.rl3.tier_marker=style"))

@@ -159,9 +159,8 @@ class _RLStage:
             out["tiers"] = tiers = {}
             for tier in self.algorithm.tiers:
                 eval_cfg = loop.ctx.eval.model_copy(update={"max_new_tokens": tier.max_new_tokens})
-                tiers[tier.name] = loop.evaluate(
-                    f"tier_{tier.name}", cfg=eval_cfg, transform=functools.partial(with_tier, tier=tier)
-                )
+                transform = functools.partial(self.algorithm.tiered, tier=tier)
+                tiers[tier.name] = loop.evaluate(f"tier_{tier.name}", cfg=eval_cfg, transform=transform)
                 acc = tiers[tier.name]["sampled"]
                 out["notes"][tier.name] = f"{100 * acc['accuracy']:.1f}% ({acc['mean_tokens'] or 0:.1f} tok)"
         return out
