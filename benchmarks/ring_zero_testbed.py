@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,6 +40,8 @@ SETTING = ["env=testbed", "env.max_ops=3", "env.two_digit_share=0.2", "policy.re
 VARIANTS = {"token": [], "sample": ["learner.rl1.loss_agg=seq_mean_token_mean"],
             "noratio": ["learner.rl1.behavior_logprobs=recompute"]}  # fmt: skip
 PROMPTS, GROUP, MAX_NEW = 16, 8, 128
+WINDOW_EVERY = 10  # RL-1's window: the longest reference (41 tokens here), doubled every 10 steps up to 128
+LOW_LR = 1e-4  # the SD stage's learning rate (the RL stages' preset: 4e-4)
 WALL = "benchmark_wall.json"
 
 
@@ -79,25 +82,40 @@ def run_rl1(name: str, seed: int, args: argparse.Namespace) -> Path:
         _walls(folder, "rl1-resumed", _cli(["--resume", str(folder)]))
         return folder
     argv = [*_common(args), "learner=ring_zero", "learner.stages=[rl1]", f"run.seed={seed}",
-            *_stage("rl1", args.rl1_steps, args), *VARIANTS[name], f"run.name={folder.name}"]  # fmt: skip
+            *_stage("rl1", args.rl1_steps, args), f"learner.rl1.window_every_steps={WINDOW_EVERY}", *VARIANTS[name],
+            f"run.name={folder.name}"]  # fmt: skip
     _walls(folder, "rl1", _cli(argv))
     return folder
 
 
-def extend(folder: Path, args: argparse.Namespace) -> None:
-    """Resume the ``token`` run with SD and RL-2 appended (learner.stages is a key a resume may change)."""
-    stages = ["rl1", "sd", "rl2"]
+def extend(folder: Path, stages: list[str], args: argparse.Namespace, rl2: dict | None = None) -> None:
+    """Resume a run with ``stages`` (learner.stages is a key a resume may change); ``rl2`` overrides RL-2's options."""
     summary = json.loads((folder / "summary.json").read_text())
     if [s["stage"] for s in summary["stages"]] == stages:
         return
     config = yaml.safe_load((folder / "config.yaml").read_text())
     config["learner"]["stages"] = stages
-    rl2 = dict(a.split("=", 1) for a in _stage("rl2", args.rl2_steps, args))
-    for key, value in rl2.items():
+    opts = dict(a.split("=", 1) for a in _stage("rl2", args.rl2_steps, args))
+    for key, value in opts.items():
         config["learner"]["rl2"][key.split(".")[-1]] = yaml.safe_load(value)
+    config["learner"]["rl2"].update(rl2 or {})
     config["learner"]["sd"].update({"progress": False, "eval_greedy": False})
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    _walls(folder, "sd+rl2", _cli(["--resume", str(folder)]))
+    _walls(folder, "+".join(stages), _cli(["--resume", str(folder)]))
+
+
+def pipeline(seed: int, args: argparse.Namespace) -> None:
+    """``token`` + SD + RL-2; and a copy made after SD whose RL-2 runs at SD's learning rate (``lowlr``)."""
+    folder = args.runs / f"token-s{seed}"
+    extend(folder, ["rl1", "sd"], args)
+    low = args.runs / f"lowlr-s{seed}"
+    if not low.is_dir():
+        tmp = args.runs / f".lowlr-s{seed}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(folder, tmp)
+        tmp.rename(low)
+    extend(folder, ["rl1", "sd", "rl2"], args)
+    extend(low, ["rl1", "sd", "rl2"], args, {"lr": LOW_LR})
 
 
 def run_grpo(seed: int, args: argparse.Namespace) -> Path:
@@ -264,7 +282,7 @@ def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
             f"**{verdict(d_acc)}** (held-out accuracy).", ""]  # fmt: skip
 
     # 3. the pipeline
-    rows, d_sd, d_rl2, d_grpo = [], [], [], []
+    rows, d_sd, d_rl2, d_grpo, d_low, d_low_hi = [], [], [], [], [], []
     diag = []
     for s in seeds:
         by = st[("token", s)]
@@ -279,28 +297,49 @@ def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
         d_sd.append(sd - r1)
         d_rl2.append(r2 - sd)
         d_grpo.append(r2 - ga)
+        low = _stages(args.runs / f"lowlr-s{s}").get("rl2")
+        r2_low = _acc(low["after"]) if low else float("nan")
+        d_low.append(r2_low - sd)
+        d_low_hi.append(r2_low - r2)
         corpus = (by["sd"].get("outputs") or {}).get("corpus") or {}
         wall = sum(v for v in walls[("token", s)].values())
         gwall = sum(v for v in walls[("grpo", s)].values())
-        rows.append([str(s), _f(before), _f(r1), _f(sd), _f(r2), _f(ga), _f(_tok(by["rl1"]["after"])),
+        rows.append([str(s), _f(before), _f(r1), _f(sd), _f(r2), _f(r2_low), _f(ga), _f(_tok(by["rl1"]["after"])),
                      _f(_tok(by["sd"]["after"])), _f(_tok(by["rl2"]["after"])), str(corpus.get("kept", "-")),
                      f"{wall:.0f} s / {gwall:.0f} s"])  # fmt: skip
-        m2 = _metrics(Path(by["rl2"]["folder"]) / "metrics.jsonl")
-        diag.append([str(s), _f(_part(m2, "entropy", 0, 0.2), 3), _f(_part(m2, "entropy", 0.8, 1), 3),
-                     _f(100 * _part(m2, "accuracy", 0, 0.2)), _f(100 * _part(m2, "accuracy", 0.8, 1)),
-                     _f(_part(m2, "length/mean", 0, 0.2)), _f(_part(m2, "length/mean", 0.8, 1)),
-                     _f(_part(m2, "train_infer/logp_abs_diff", 0, 1), 4), _f(100 * _part(m2, "format_ok_frac", 0, 1)),
-                     _f(100 * _part(m2, "all_failed_frac", 0, 1))])  # fmt: skip
+        for arm, name in (("4e-4", "token"), (f"{LOW_LR:g}", "lowlr")):
+            m2 = _metrics(args.runs / f"{name}-s{s}" / "stages" / "03-rl2" / "metrics.jsonl")
+            if not m2:
+                continue
+            diag.append(
+                [
+                    str(s),
+                    arm,
+                    _f(_part(m2, "entropy", 0, 0.2), 3),
+                    _f(_part(m2, "entropy", 0.8, 1), 3),
+                    _f(100 * _part(m2, "accuracy", 0, 0.2)),
+                    _f(100 * _part(m2, "accuracy", 0.8, 1)),
+                    _f(_part(m2, "length/mean", 0, 0.2)),
+                    _f(_part(m2, "length/mean", 0.8, 1)),
+                    _f(_part(m2, "train_infer/logp_abs_diff", 0, 1), 4),
+                    _f(100 * _part(m2, "format_ok_frac", 0, 1)),
+                    _f(100 * _part(m2, "all_failed_frac", 0, 1)),
+                ]
+            )
     out += ["## 3. RL-1 -> SD -> RL-2 against GRPO at the same RL completions", "",
-            *_table(["seed", "base (%)", "RL-1 (%)", "SD (%)", "RL-2 (%)", "GRPO (%)", "RL-1 tokens", "SD tokens",
+            *_table(["seed", "base (%)", "RL-1 (%)", "SD (%)", "RL-2 (%)", f"RL-2 at lr {LOW_LR:g} (%)", "GRPO (%)",
+                     "RL-1 tokens", "SD tokens",
                      "RL-2 tokens", "SD corpus", "wall: pipeline / GRPO"], rows), "",
             f"SD minus RL-1: {ci(d_sd)} points; RL-2 minus SD: {ci(d_rl2)}; RL-2 (the pipeline's end) minus GRPO: "
             f"{ci(d_grpo)}.",
             f"- SD above the RL-1 model it distils: **{verdict(d_sd)}**.",
-            f"- RL-2 at or above SD (the paper: RL-2 improves on SD): **{verdict(d_rl2)}**.",
+            f"RL-2 at SD's learning rate ({LOW_LR:g}) minus SD: {ci(d_low)}; minus RL-2 at the preset's 4e-4: "
+            f"{ci(d_low_hi)}.",
+            f"- RL-2 at or above SD (the paper: RL-2 improves on SD): **{verdict(d_rl2)}**; at lr {LOW_LR:g}: "
+            f"**{verdict(d_low)}**.",
             f"- The pipeline above plain GRPO at the same RL completions: **{verdict(d_grpo)}**.", "",
             "RL-2's training (first / last fifth of its steps):", "",
-            *_table(["seed", "entropy first", "entropy last", "train acc first (%)", "train acc last (%)",
+            *_table(["seed", "RL-2 lr", "entropy first", "entropy last", "train acc first (%)", "train acc last (%)",
                      "length first", "length last", "|Δ log p|", "format ok (%)", "all-failed groups (%)"], diag),
             ""]  # fmt: skip
     return "\n".join(out)
@@ -328,7 +367,7 @@ def main() -> None:
                 run_rl1(name, seed, args)
                 print(f"{name:8} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
             start = time.perf_counter()
-            extend(args.runs / f"token-s{seed}", args)
+            pipeline(seed, args)
             run_grpo(seed, args)
             print(f"pipeline+grpo seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
             with load_path.open("a") as f:
