@@ -49,6 +49,8 @@ def test_the_preset_resolves_and_takes_per_stage_overrides():
         ("learner.stages=[rl4]", "rl4"),
         ("learner.rl3.async_rollouts=true", "async_rollouts=false"),
         ("learner.rl1.window_start=100", "window_start=100"),
+        ("learner.rl1.window_start=0", "expected a token count from 1 to 1000000, 'auto'"),
+        ("learner.rl1.window_start=abc", "expected a token count from 1 to 1000000, 'auto'"),
         ("learner.rl1.steps=0", "steps"),
     ],
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lrmgym.learners.algorithms.grpo import GRPOConfig
 from lrmgym.learners.algorithms.losses import LossAgg, PolicyLossName
@@ -70,6 +70,20 @@ class RL1Config(RingZeroRLConfig):
     max_new_tokens throughout."""
     window_every_steps: int = Field(150, ge=1)
     """Steps between doublings of the response window."""
+
+    @field_validator("window_start", mode="before")
+    @classmethod
+    def _check_window_start(cls, value: Any) -> Any:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1_000_000:
+            return value
+        raise ValueError(
+            "expected a token count from 1 to 1000000, 'auto' (the longest reference solution) or null "
+            "(max_new_tokens throughout)."
+        )
 
 
 class RL2Config(RingZeroRLConfig):
