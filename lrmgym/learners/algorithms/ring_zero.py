@@ -5,13 +5,14 @@ Four stages, run in order in one run directory by :class:`~lrmgym.learners.engin
     rl1  clipped-IS policy gradient from the base model: the weight sg(min(rho, 5.0)) on every token (no lower
          clip, no token loses its gradient), rho = trainer / sampler log-prob (the ratio correction), one mean
          over the batch's tokens, k3 KL (beta 1e-4) to a reference reset every N steps, reward = accuracy +
-         format B, and a response window that doubles every M steps
+         format B, and a response window that doubles every M steps from the longest reference solution of
+         the stage's training tasks (window_start=auto; lrmgym/learners/algorithms/ring_zero_window.py)
     sd   self-distillation: the shortest correct trace per problem from the RL stages' rollouts, optionally
          pruned by a policy (kept only if it still verifies), then supervised fine-tuning of the *base* model
          (lrmgym/learners/algorithms/distill.py, on the masked-CE code `lrmgym tiny build` uses)
     rl2  as rl1 with the sample-level loss (each trace's mean, then the mean over traces) and no KL
-    rl3  as rl2 with tiers: each task gets a system prompt and a token cap by the length of its shortest correct
-         solution seen so far; evaluated per tier at the end
+    rl3  as rl2 with tiers: each task gets a token cap (and, with tier_marker=prompt, a tier prompt) by the length
+         of its shortest correct solution seen so far; evaluated per tier at the end
 
 The stage options are :mod:`~lrmgym.learners.algorithms.ring_zero_config`, the RL stages' algorithm
 :mod:`~lrmgym.learners.algorithms.ring_zero_rl`; this module holds the stage list and the stages themselves.
