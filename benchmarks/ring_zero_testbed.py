@@ -35,6 +35,8 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from lrmgym.learners.engine.resume import config_sha256
+
 SETTING = ["env=testbed", "env.max_ops=3", "env.two_digit_share=0.2", "policy.recipe=testbed",
            "policy.sample_dtype=bfloat16"]  # fmt: skip
 VARIANTS = {"token": [], "sample": ["learner.rl1.loss_agg=seq_mean_token_mean"],
@@ -101,6 +103,13 @@ def extend(folder: Path, stages: list[str], args: argparse.Namespace, rl2: dict 
     config["learner"]["rl2"].update(rl2 or {})
     config["learner"]["sd"].update({"progress": False, "eval_greedy": False})
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    # The stages appended have not run: their options go into the run's record too (run.json, against which a
+    # resume checks config.yaml), as if the run had been started with them. RL-1's options are left as they were.
+    record = json.loads((folder / "run.json").read_text())
+    for stage in ("sd", "rl2"):
+        record["config"]["learner"][stage] = {**record["config"]["learner"][stage], **config["learner"][stage]}
+    record["config_sha256"] = config_sha256(record["config"])
+    (folder / "run.json").write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     _walls(folder, "+".join(stages), _cli(["--resume", str(folder)]))
 
 
