@@ -220,11 +220,13 @@ def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
             path = args.runs / f"{name}-s{s}" / WALL
             walls[(name, s)] = json.loads(path.read_text()) if path.is_file() else {}
     out = [
-        "# Ring-Zero on the reasoning testbed, bf16 sampler",
+        "# Ring-Zero on the reasoning testbed, bf16 sampler"
+        if args.env == "testbed"
+        else "# Ring-Zero's RL-2 on env=math",
         "",
-        f"Reproduce: `python benchmarks/ring_zero_testbed.py --seeds {','.join(map(str, seeds))} --rl1-steps "
-        f"{args.rl1_steps} --rl2-steps {args.rl2_steps} --eval-tasks {args.eval_tasks} --runs RUNS` (resumable; "
-        "`--report-only` rebuilds this page). Setting: "
+        f"Reproduce: `python benchmarks/ring_zero_testbed.py --env {args.env} --seeds {','.join(map(str, seeds))} "
+        f"--rl1-steps {args.rl1_steps} --rl2-steps {args.rl2_steps} --eval-tasks {args.eval_tasks} --runs RUNS` "
+        "(resumable; `--report-only` rebuilds this page). Setting: "
         f"`{' '.join(SETTING)}`, every RL stage {PROMPTS} tasks x {GROUP} samples a step at T=1, "
         f"max_new_tokens {MAX_NEW}, synchronous rollouts, one thread; RL-1 {args.rl1_steps} steps "
         f"({args.rl1_steps * PROMPTS * GROUP} completions), RL-2 {args.rl2_steps} steps, GRPO "
@@ -295,9 +297,8 @@ def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
     diag = []
     for s in seeds:
         by = st[("token", s)]
-        g = _stages(args.runs / f"grpo-s{s}")
-        gsum = json.loads((args.runs / f"grpo-s{s}" / "summary.json").read_text()) if g or (
-            args.runs / f"grpo-s{s}" / "summary.json").is_file() else None  # fmt: skip
+        gpath = args.runs / f"grpo-s{s}" / "summary.json"
+        gsum = json.loads(gpath.read_text()) if gpath.is_file() else None
         if "rl2" not in by:
             continue
         r1, sd, r2 = _acc(by["rl1"]["after"]), _acc(by["sd"]["after"]), _acc(by["rl2"]["after"])
@@ -363,7 +364,14 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("/tmp/ring/runs"))
     parser.add_argument("--report-only", action="store_true", help="only rebuild the page from --runs")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "ring_zero_testbed.md")
+    parser.add_argument("--env", choices=["testbed", "math"], default="testbed",
+                        help="math: env=math with the tiny default model, RL-1 ('token') -> SD -> RL-2 at both "
+                        "learning rates only (the setting of benchmarks/results/ring_zero.md)")  # fmt: skip
     args = parser.parse_args()
+    if args.env == "math":  # the env=math study's batch and budget (ring_zero.md), fp32 sampling
+        global SETTING, PROMPTS, MAX_NEW, WINDOW_EVERY, VARIANTS
+        SETTING, PROMPTS, MAX_NEW, WINDOW_EVERY = ["env=math"], 32, 48, 150
+        VARIANTS = {"token": []}
     seeds = [int(s) for s in args.seeds.split(",") if s]
     args.runs.mkdir(parents=True, exist_ok=True)
     load_path = args.runs / "load.txt"
@@ -377,7 +385,8 @@ def main() -> None:
                 print(f"{name:8} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
             start = time.perf_counter()
             pipeline(seed, args)
-            run_grpo(seed, args)
+            if args.env == "testbed":
+                run_grpo(seed, args)
             print(f"pipeline+grpo seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
             with load_path.open("a") as f:
                 f.write(f"{time.strftime('%H:%M:%S', time.gmtime())} {os.getloadavg()[0]:.2f}\n")
