@@ -280,7 +280,7 @@ def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
     out += ["## 2. Ratio correction on vs off (RL-1, bf16 sampler)", "",
             "`noratio` is `learner.rl1.behavior_logprobs=recompute`: the ratio's denominator is the trainer's own "
             "log-prob, so every token's weight is 1 and the bf16 sampler's gap goes uncorrected.", "",
-            *_table(["ratio", "seed", "|Δ log p| last fifth", "train/infer k3 last fifth", "entropy last fifth",
+            *_table(["ratio", "seed", "mean abs Δ log p, last fifth", "train/infer k3 last fifth", "entropy last fifth",
                      "entropy first fifth", "reward sd, 2nd half", "max ratio", "capped tokens (%)",
                      "train acc last fifth (%)", "held-out after (%)"], rows), ""]  # fmt: skip
     both = [s for s in seeds if rl1[("token", s)] and rl1[("noratio", s)]]
@@ -350,7 +350,7 @@ def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
             f"- The pipeline above plain GRPO at the same RL completions: **{verdict(d_grpo)}**.", "",
             "RL-2's training (first / last fifth of its steps):", "",
             *_table(["seed", "RL-2 lr", "entropy first", "entropy last", "train acc first (%)", "train acc last (%)",
-                     "length first", "length last", "|Δ log p|", "format ok (%)", "all-failed groups (%)"], diag),
+                     "length first", "length last", "abs Δ log p", "format ok (%)", "all-failed groups (%)"], diag),
             ""]  # fmt: skip
     return "\n".join(out)
 
