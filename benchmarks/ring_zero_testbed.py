@@ -45,6 +45,7 @@ PROMPTS, GROUP, MAX_NEW = 16, 8, 128
 WINDOW_EVERY = 10  # RL-1's window: the longest reference (41 tokens here), doubled every 10 steps up to 128
 LOW_LR = 1e-4  # the SD stage's learning rate (the RL stages' preset: 4e-4)
 WALL = "benchmark_wall.json"
+ARMS = ("token", "sample", "noratio")  # the RL-1 runs the report reads (those not made are left out)
 
 
 def _cli(argv: list[str]) -> float:
@@ -212,11 +213,11 @@ def verdict(values: list[float], claim_positive: bool = True) -> str:
 # --------------------------------------------------------------------------------------------------- report
 def report(args: argparse.Namespace, seeds: list[int], load: str) -> str:
     rl1 = {(v, s): _metrics(args.runs / f"{v}-s{s}" / "stages" / "01-rl1" / "metrics.jsonl")
-           for v in VARIANTS for s in seeds}  # fmt: skip
-    st = {(v, s): _stages(args.runs / f"{v}-s{s}") for v in VARIANTS for s in seeds}
+           for v in ARMS for s in seeds}  # fmt: skip
+    st = {(v, s): _stages(args.runs / f"{v}-s{s}") for v in ARMS for s in seeds}
     walls = {}
     for s in seeds:
-        for name in [*VARIANTS, "grpo"]:
+        for name in [*ARMS, "grpo"]:
             path = args.runs / f"{name}-s{s}" / WALL
             walls[(name, s)] = json.loads(path.read_text()) if path.is_file() else {}
     out = [
