@@ -13,8 +13,11 @@ copy of the fp32 weights the trainer updates and the ratio correction has a gap 
 - ``noratio``: the same as ``token`` with ``behavior_logprobs=recompute`` (the ratio's denominator is the trainer's
   own log-prob, so the weight is 1: no correction of the bf16 sampler's gap);
 - ``token`` resumed with ``[rl1, sd, rl2]``: self-distillation of the base on RL-1's shortest correct traces,
-  then RL-2 (sample-level, no KL) from the distilled model;
+  then RL-2 (sample-level, no KL) from the distilled model at the preset's lr 4e-4; ``lowlr``, a copy of that run
+  made after SD, runs RL-2 at SD's lr 1e-4 (the same SD weights, tasks and sampling seeds);
 - ``grpo``: plain GRPO from the base for the same number of completions as RL-1 + RL-2.
+
+``--env math`` runs the ``token`` -> SD -> RL-2 (both rates) part in the env=math study's setting instead.
 
 Resumable: a run with a ``summary.json`` is not made again, one stopped part-way is resumed. ``--report-only``
 rebuilds the page from the runs. Means carry 95 % intervals, t over seeds.
