@@ -49,6 +49,8 @@ def test_the_preset_resolves_and_takes_per_stage_overrides():
         ("learner.stages=[rl4]", "rl4"),
         ("learner.rl3.async_rollouts=true", "async_rollouts=false"),
         ("learner.rl1.window_start=100", "window_start=100"),
+        ("learner.rl1.window_start=0", "expected a token count from 1 to 1000000, 'auto'"),
+        ("learner.rl1.window_start=abc", "expected a token count from 1 to 1000000, 'auto'"),
         ("learner.rl1.steps=0", "steps"),
     ],
 )
@@ -211,7 +213,7 @@ def test_all_four_stages_run_in_one_directory_each_from_the_last_ones_weights(tm
     for key in ("train_infer/logp_abs_diff", "entropy", "length/mean", "format_ok_frac", "all_failed_frac",
                 "clip_frac", "kl_ref", "window"):  # fmt: skip
         assert key in rl1[0], key
-    assert rl1[0]["window"] == 24  # the response window's first budget
+    assert rl1[0]["window"] == 28  # the first window ("auto"): the longest reference of env=math, not 24
     traces = (tmp_path / "stages/01-rl1/traces.jsonl").read_text().splitlines()
     assert traces and summary["stages"][0]["outputs"]["traces"] == len(traces)
     rl3 = _lines(tmp_path / "stages/04-rl3/metrics.jsonl")
@@ -299,3 +301,47 @@ def test_a_staged_run_holds_its_directory_lock_through_every_stage(tmp_path, mon
         "02-rl2": (True, False),  # one lock, the run directory's; none in a stage folder
     }
     assert not (tmp_path / "run.lock").exists()
+
+
+# --------------------------------------------------------------------------------------------------- tier markers
+def _tier_rollouts(marker, monkeypatch):
+    """The (prompt, cap) of every task one RL-3 step samples, with tier_marker=``marker``."""
+    from types import SimpleNamespace
+
+    from lrmgym.learners.algorithms import ring_zero_rl
+
+    seen = []
+
+    def fake_rollout(env, policy, tasks, g, sampling, turns):
+        seen.extend((t.prompt, sampling.max_new_tokens) for t in tasks)
+        return Rollout([[] for _ in tasks], [[] for _ in tasks], 0.0, 0.0)
+
+    monkeypatch.setattr(ring_zero_rl, "rollout", fake_rollout)
+    algo = RingZeroRL(RL3Config(async_rollouts=False, tier_marker=marker), "rl3", known={"a": 10, "b": 25})
+    algo.loop = SimpleNamespace(step=0, ctx=SimpleNamespace(seed=1))
+    algo.env = algo.policy = None
+    algo.turns, algo.data_pos = 1, 0
+    algo._tasks = lambda pos: [Task("a", "Q:1+1. A:"), Task("b", "Q:9+9. A:"), Task("c", "Q:3+4. A:")]
+    algo._collect_tiers()
+    return sorted(seen, key=lambda x: x[0][-9:])
+
+
+def test_cap_tiers_keep_the_models_own_prompt_and_set_only_the_cap(monkeypatch):
+    assert RL3Config(async_rollouts=False).tier_marker == "cap"  # in distribution by default
+    assert _tier_rollouts("cap", monkeypatch) == [("Q:1+1. A:", 18), ("Q:3+4. A:", 48), ("Q:9+9. A:", 28)]
+    algo = RingZeroRL(RL3Config(async_rollouts=False), "rl3")
+    assert algo.tiered(Task("a", "Q:1. A:"), algo.tiers[0]).prompt == "Q:1. A:"  # the per-tier evaluation too
+
+
+def test_prompt_tiers_still_put_the_tier_prompt_first(monkeypatch):
+    low, medium, high = (t.text() for t in RL3Config(async_rollouts=False).tiers)
+    assert _tier_rollouts("prompt", monkeypatch) == [
+        (low + "Q:1+1. A:", 18), (high + "Q:3+4. A:", 48), (medium + "Q:9+9. A:", 28),
+    ]  # fmt: skip
+
+
+def test_the_preset_tiers_by_cap_and_takes_the_old_marker():
+    assert resolve(BASE).learner.rl3.tier_marker == "cap"
+    assert resolve((*BASE, "learner.rl3.tier_marker=prompt")).learner.rl3.tier_marker == "prompt"
+    with pytest.raises(ConfigError, match="tier_marker"):
+        resolve((*BASE, "learner.rl3.tier_marker=style"))

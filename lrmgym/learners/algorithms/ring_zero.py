@@ -5,13 +5,14 @@ Four stages, run in order in one run directory by :class:`~lrmgym.learners.engin
     rl1  clipped-IS policy gradient from the base model: the weight sg(min(rho, 5.0)) on every token (no lower
          clip, no token loses its gradient), rho = trainer / sampler log-prob (the ratio correction), one mean
          over the batch's tokens, k3 KL (beta 1e-4) to a reference reset every N steps, reward = accuracy +
-         format B, and a response window that doubles every M steps
+         format B, and a response window that doubles every M steps from the longest reference solution of
+         the stage's training tasks (window_start=auto; lrmgym/learners/algorithms/ring_zero_window.py)
     sd   self-distillation: the shortest correct trace per problem from the RL stages' rollouts, optionally
          pruned by a policy (kept only if it still verifies), then supervised fine-tuning of the *base* model
          (lrmgym/learners/algorithms/distill.py, on the masked-CE code `lrmgym tiny build` uses)
     rl2  as rl1 with the sample-level loss (each trace's mean, then the mean over traces) and no KL
-    rl3  as rl2 with tiers: each task gets a system prompt and a token cap by the length of its shortest correct
-         solution seen so far; evaluated per tier at the end
+    rl3  as rl2 with tiers: each task gets a token cap (and, with tier_marker=prompt, a tier prompt) by the length
+         of its shortest correct solution seen so far; evaluated per tier at the end
 
 The stage options are :mod:`~lrmgym.learners.algorithms.ring_zero_config`, the RL stages' algorithm
 :mod:`~lrmgym.learners.algorithms.ring_zero_rl`; this module holds the stage list and the stages themselves.
@@ -43,6 +44,7 @@ from lrmgym.learners.algorithms.distill import (
 )
 from lrmgym.learners.algorithms.ring_zero_config import RingZeroRLConfig, RL1Config, RL2Config, RL3Config, TierConfig
 from lrmgym.learners.algorithms.ring_zero_rl import RingZeroRL, after_answer, with_tier
+from lrmgym.learners.algorithms.ring_zero_window import fit_window
 from lrmgym.learners.engine.common import derived_seed
 from lrmgym.learners.engine.context import RunContext
 from lrmgym.learners.engine.loop import Loop
@@ -131,6 +133,7 @@ class _RLStage:
     def __init__(self, name: str, cfg: RingZeroRLConfig) -> None:
         self.name, self.cfg = name, cfg
         self.algorithm: RingZeroRL | None = None
+        self.window: dict[str, Any] = {}  # fit_window's findings: the first budget against the references
 
     def build(self, run: StagedRun, ctx: RunContext) -> Loop:
         cfg = self.cfg
@@ -141,6 +144,8 @@ class _RLStage:
                 make_env=make_env if ctx.make_env is not None else None,
             )  # fmt: skip
         stream = derived_seed(run.ctx.seed, _TRAIN_STREAM) if cfg.task_stream == "first" else None
+        seed = stream if stream is not None else derived_seed(ctx.seed, _TRAIN_STREAM)
+        cfg, self.window = fit_window(cfg, ctx.env, ctx.policy.tokenizer, seed, self.name)
         self.algorithm = RingZeroRL(cfg, self.name, known=known_lengths(run), stream_seed=stream)
         return Loop(ctx, cfg, self.algorithm)
 
@@ -149,14 +154,14 @@ class _RLStage:
         traces = sorted(self.algorithm.traces.values(), key=lambda t: t.task_id)
         write_traces(ctx.run_dir / TRACES_FILE, traces)
         mean = sum(t.tokens for t in traces) / len(traces) if traces else None
-        out: dict[str, Any] = {"traces": len(traces), "trace_tokens_mean": mean, "notes": {"traces": len(traces)}}
+        out: dict[str, Any] = {"traces": len(traces), "trace_tokens_mean": mean, "window": self.window,
+                               "notes": {"traces": len(traces), "window": self.window.get("window")}}  # fmt: skip
         if self.algorithm.tiers and getattr(self.cfg, "eval_tiers", False):
             out["tiers"] = tiers = {}
             for tier in self.algorithm.tiers:
                 eval_cfg = loop.ctx.eval.model_copy(update={"max_new_tokens": tier.max_new_tokens})
-                tiers[tier.name] = loop.evaluate(
-                    f"tier_{tier.name}", cfg=eval_cfg, transform=functools.partial(with_tier, tier=tier)
-                )
+                transform = functools.partial(self.algorithm.tiered, tier=tier)
+                tiers[tier.name] = loop.evaluate(f"tier_{tier.name}", cfg=eval_cfg, transform=transform)
                 acc = tiers[tier.name]["sampled"]
                 out["notes"][tier.name] = f"{100 * acc['accuracy']:.1f}% ({acc['mean_tokens'] or 0:.1f} tok)"
         return out

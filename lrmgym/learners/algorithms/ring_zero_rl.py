@@ -82,6 +82,10 @@ class RingZeroRL(GRPO):
                     return i
         return len(self.tiers) - 1
 
+    def tiered(self, task: Task, tier: TierConfig) -> Task:
+        """``task`` as a sample of ``tier`` sees it: with the tier's prompt (tier_marker=prompt) or unchanged (cap)."""
+        return with_tier(task, tier) if getattr(self.cfg, "tier_marker", "prompt") == "prompt" else task
+
     def _collect_tiers(self) -> tuple[Rollout, None]:
         cfg, step, g = self.cfg, self.loop.step, self.cfg.group_size
         tasks = self._tasks(self.data_pos)
@@ -98,7 +102,7 @@ class RingZeroRL(GRPO):
             seed = derived_seed(self.loop.ctx.seed, _SAMPLING, step, _TIER_SAMPLING, k)
             cap = min(tier.max_new_tokens, cfg.window(step))
             sampling = cfg.sampling(seed, step).model_copy(update={"max_new_tokens": cap})
-            ro = rollout(self.env, self.policy, [with_tier(tasks[i], tier) for i in rows], g, sampling, self.turns)
+            ro = rollout(self.env, self.policy, [self.tiered(tasks[i], tier) for i in rows], g, sampling, self.turns)
             for i, group, tv in zip(rows, ro.groups, ro.turn_verdicts, strict=True):
                 groups[i], verdicts[i] = group, tv
             generate_s += ro.generate_s

@@ -79,7 +79,7 @@ class RolloutConfig(PolicyGradientConfig):
                 f"top_p=1 (got temperature={self.temperature:g}, top_p={self.top_p:g}); set them to 1 or use "
                 "async_rollouts=false with behavior_logprobs='recompute'."
             )
-        if self.window_start is not None and self.window_start > self.max_new_tokens:
+        if isinstance(self.window_start, int) and self.window_start > self.max_new_tokens:
             raise ValueError(
                 f"window_start={self.window_start} exceeds max_new_tokens={self.max_new_tokens}, the largest the "
                 "response window grows to; lower window_start or raise max_new_tokens."
@@ -90,6 +90,8 @@ class RolloutConfig(PolicyGradientConfig):
         """The token budget of rollouts after ``step`` steps (the response-window curriculum, else max_new_tokens)."""
         if self.window_start is None:
             return self.max_new_tokens
+        if not isinstance(self.window_start, int):  # e.g. Ring-Zero's "auto", which its stage resolves first
+            raise ValueError(f"window_start={self.window_start!r} is not resolved to a token count yet.")
         doublings = min(step // self.window_every_steps, 40)  # 2**40 tokens exceeds any budget
         return min(self.max_new_tokens, self.window_start << doublings)
 
