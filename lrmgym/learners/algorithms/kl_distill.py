@@ -197,12 +197,7 @@ class KLDistill(ReasonMaxxer):
             part.backward()
             loss += float(part.detach())
             forward += int(attention.sum())
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        self.optimizer.step()
-        self.scheduler.step()
-        self.model.eval()
+        grad_norm, lr = self._optimizer_step(cfg.max_grad_norm)
         train_s = time.perf_counter() - start
         metrics: dict[str, Any] = {
             "loss": loss, "loss/kl_teacher": loss, "kl_ref": loss,

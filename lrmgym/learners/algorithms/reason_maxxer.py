@@ -216,12 +216,7 @@ class ReasonMaxxer(ReasonMaxxerData):
             sums["anchors"] += float(anchor.sum())
             sums["forward"] += float(attention.sum())
             sums["length"] += sum(len(r.ids) - r.prompt_len for r in micro)
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        self.optimizer.step()
-        self.scheduler.step()
-        self.model.eval()
+        grad_norm, lr = self._optimizer_step(cfg.max_grad_norm)
         train_s = time.perf_counter() - start
         n = len(batch)
         metrics: dict[str, Any] = {
@@ -313,8 +308,18 @@ class ReasonMaxxer(ReasonMaxxerData):
             "epoch": f"{metrics['epoch']:.2f}",
         }  # fmt: skip
 
+    # --------------------------------------------------------------------------------------------------- helpers
+    def _optimizer_step(self, max_grad_norm: float | None) -> tuple[float, float]:
+        """Clip the adapter's gradients, step the optimizer and schedule, back to eval: ``(grad norm, lr used)``."""
+        max_norm = max_grad_norm if max_grad_norm is not None else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.model.eval()
+        return grad_norm, lr
 
-# --------------------------------------------------------------------------------------------------- helpers
+
 def _with_lora(policy: Any, cfg: Any, seed: int, name: str = "reason_maxxer") -> Any:
     """The policy's model wrapped in a fresh LoRA adapter (seeded init), set as ``policy.model``.
 
