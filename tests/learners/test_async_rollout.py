@@ -339,3 +339,49 @@ def test_async_rollouts_are_refused_on_a_gpu(tmp_path, monkeypatch):
         loop.algorithm.setup()
     assert not started
     make_loop(run_config(_learner(async_rollouts=False)), tmp_path / "sync", setup=True)  # synchronous: fine
+
+
+def _quarter_judge():
+    """A custom judge: every completion earns 0.25, whatever the env's verifier says."""
+    from lrmgym.judges.base import BaseJudge
+
+    class Quarter(BaseJudge):
+        name = "quarter"
+
+        def _score(self, task, completion, verdict):
+            return 0.25, "a quarter", False
+
+    return Quarter()
+
+
+def test_a_replaced_env_is_what_an_async_run_samples_and_grades(tmp_path, capsys):
+    # The README's recipe: build the context, wrap its env in a judge of one's own, run the loop. The rollout
+    # worker builds its env from ctx.make_env, which still builds the unwrapped one: the run must either use
+    # the env it was handed or refuse, never train on the old reward.
+    from lrmgym.compose import build_context
+    from lrmgym.judges.base import JudgedEnv
+
+    cfg = run_config(_learner(async_rollouts=True, steps=2))
+    ctx = build_context(cfg, tmp_path)
+    ctx.env = JudgedEnv(ctx.env, [_quarter_judge()])
+    loop = cfg.learner.build(ctx)
+    loop.run()
+    rewards = [m["reward/mean"] for m in _lines(tmp_path)]
+    assert rewards == pytest.approx([0.25, 0.25])
+    assert "ctx.env was replaced" in capsys.readouterr().out
+    assert loop.algorithm.worker is None
+
+
+def test_a_replaced_env_with_its_own_builder_keeps_async_rollouts(tmp_path):
+    import functools
+
+    from lrmgym.compose import build_context, build_env
+
+    cfg = run_config(_learner(async_rollouts=True, steps=1))
+    ctx = build_context(cfg, tmp_path)
+    other = run_config(_learner(), ungradeable_marker="zzz")
+    ctx.env = build_env(other)
+    ctx.make_env = functools.partial(build_env, other)
+    loop = cfg.learner.build(ctx)
+    loop.run()
+    assert loop.algorithm.worker is not None

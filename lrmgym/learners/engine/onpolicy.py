@@ -144,6 +144,18 @@ class OnPolicy(Algorithm):
                 "learner.async_rollouts=true samples in a worker process with the lean sampler, while "
                 "policy.engine=vllm samples in this process's vLLM engine; set learner.async_rollouts=false."
             )
+        missing = ctx.worker_builders_missing() if cfg.async_rollouts else None
+        if missing is not None:
+            # The worker would build its own env and policy: with a replaced env (a custom judge, say) it would
+            # sample and grade with the old one, and the run would silently train on the wrong reward.
+            print(
+                f"learner.async_rollouts: {missing}, so a rollout worker could not build what this learner was "
+                "handed; sampling in this process instead (assign ctx.make_env / ctx.make_policy, picklable "
+                "builders of the new objects, to keep async rollouts, or set learner.async_rollouts=false to "
+                "silence this).",
+                flush=True,
+            )
+            self.cfg = cfg = cfg.model_copy(update={"async_rollouts": False})
         if cfg.async_rollouts and usable_cpus() < 2:
             print(
                 "learner.async_rollouts: this process may use only one CPU, so a rollout worker would only take "
