@@ -78,9 +78,8 @@ class RunContext:
 
     def worker_builders_missing(self) -> str | None:
         """Why a worker process cannot rebuild this run's env and policy, in a few words; ``None``: it can."""
-        for builder, replaced in self._dropped.items():
-            if getattr(self, builder) is None:
-                return f"ctx.{replaced} was replaced after the context was built, without a new ctx.{builder}"
+        for builder, replaced in self._dropped.items():  # an entry leaves when its builder is assigned again
+            return f"ctx.{replaced} was replaced after the context was built, without a new ctx.{builder}"
         missing = [name for name in ("make_env", "make_policy") if getattr(self, name) is None]
         return f"the run context has no {' or '.join('ctx.' + m for m in missing)}" if missing else None
 
